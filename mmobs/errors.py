@@ -1,0 +1,65 @@
+"""The one error the image loader raises, with a reason from a closed set.
+
+A server that lets ``OSError``, ``SyntaxError`` or ``struct.error`` escape from
+image decoding answers 500, and clients retry a request that can never
+succeed. Every refusal is therefore a :class:`BadImageError`: a ``ValueError``
+(so frameworks that map ``ValueError`` to 400 already do the right thing) whose
+``reason`` is one of :data:`BAD_IMAGE_REASONS`, safe to use as a metric label.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+BadImageReason = Literal[
+    "empty",
+    "too_large",
+    "unidentified",
+    "truncated",
+    "corrupt",
+    "too_many_pixels",
+    "unsupported_mode",
+    "bad_base64",
+    "bad_data_url",
+    "unsupported_url",
+    "fetch_failed",
+]
+
+#: Every reason, with what it means for the person who sent the input.
+BAD_IMAGE_REASONS: dict[str, str] = {
+    "empty": "the input holds no bytes",
+    "too_large": "the encoded input is larger than the configured byte limit",
+    "unidentified": "the bytes are not an image format Pillow can identify",
+    "truncated": "the image data ends before the image does",
+    "corrupt": "the image data is damaged and cannot be decoded",
+    "too_many_pixels": "width x height exceeds the configured pixel limit",
+    "unsupported_mode": "the image cannot be converted to the requested mode",
+    "bad_base64": "the base64 payload is not valid base64",
+    "bad_data_url": "the data: URL is malformed or not base64-encoded",
+    "unsupported_url": "the URL scheme or host is not allowed",
+    "fetch_failed": "fetching the remote image failed",
+}
+
+
+class BadImageError(ValueError):
+    """An input that cannot become an image. ``reason`` is a metric-safe label.
+
+    ``param`` optionally names the offending input in the request (for example
+    ``images[2]``); the service fills it in, the loader leaves it ``None``.
+    """
+
+    def __init__(self, reason: BadImageReason, message: str, *, param: str | None = None) -> None:
+        if reason not in BAD_IMAGE_REASONS:
+            raise ValueError(f"unknown BadImageError reason {reason!r}")
+        super().__init__(message)
+        self.reason: str = reason
+        self.message = message
+        self.param = param
+
+    def with_param(self, param: str) -> BadImageError:
+        """Name the offending input; returns ``self`` for chaining in ``raise``."""
+        self.param = param
+        return self
+
+    def __repr__(self) -> str:
+        return f"BadImageError(reason={self.reason!r}, message={self.message!r}, param={self.param!r})"

@@ -1,0 +1,130 @@
+"""The one small interface between the hashing core and whoever watches it.
+
+The hasher and the image loader never import prometheus_client or structlog.
+They describe what happened (an exception swallowed, a media item keyed, a
+hash timed, an input refused) as small frozen records and hand them to the
+current :class:`HashObserver`. The observability layer (:mod:`mmobs.instrument`)
+is one such observer; tests and other integrations can install their own.
+
+The current observer is process-wide (:func:`set_observer`) and can be
+overridden for a block of code in the current context only
+(:func:`observing`), which is how the fleet fingerprint hashes its reference
+inputs without moving the traffic counters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from .errors import BadImageError
+
+MediaKind = Literal["image", "media_with_bytes", "video"]
+KeySource = Literal["image_id", "pixels", "original_bytes", "frames"]
+
+MEDIA_KINDS: tuple[str, ...] = ("image", "media_with_bytes", "video")
+KEY_SOURCES: tuple[str, ...] = ("image_id", "pixels", "original_bytes", "frames")
+
+
+@dataclass(frozen=True, slots=True)
+class ExifFallback:
+    """Reading the EXIF ImageID raised; the key fell back to ``key_source``."""
+
+    kind: MediaKind
+    error: BaseException
+    key_source: KeySource
+    image: Image.Image
+    original_bytes: bytes | memoryview | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TransposeFailure:
+    """Applying the EXIF orientation raised; the image was kept as it was."""
+
+    error: BaseException
+    image: Image.Image
+
+
+@dataclass(frozen=True, slots=True)
+class MediaKeyed:
+    """One media item was serialized into a key.
+
+    ``item_digest`` is the blake3 digest of this item's framed bytes alone. It
+    is only computed when the observer asked for it through
+    :meth:`HashObserver.wants_item_digest` (the drift tracker samples), so it
+    is ``None`` on the common path.
+    """
+
+    kind: MediaKind
+    key_source: KeySource
+    media: Any
+    item_digest: str | None = None
+
+
+class HashObserver:
+    """Receives what the hashing core reports. Every hook is a no-op here.
+
+    Subclass and override the hooks you need. Hooks run on the hashing hot
+    path, inside whatever thread hashes, so they must be cheap and must not
+    raise.
+    """
+
+    def exif_fallback(self, event: ExifFallback) -> None:
+        """The tolerant ImageID read swallowed an exception."""
+
+    def exif_transpose_failed(self, event: TransposeFailure) -> None:
+        """``normalize_image`` / ``safe_exif_transpose`` swallowed an exception."""
+
+    def media_keyed(self, event: MediaKeyed) -> None:
+        """A media item got its key from ``event.key_source``."""
+
+    def wants_item_digest(self, kind: MediaKind, media: Any) -> bool:
+        """Return True to have the item's own digest computed for ``media_keyed``."""
+        return False
+
+    def hashed(self, algorithm: str, seconds: float, nbytes: int) -> None:
+        """One ``hash_kwargs`` call finished."""
+
+    def bad_image(self, error: BadImageError) -> None:
+        """The loader refused an input."""
+
+
+NULL_OBSERVER = HashObserver()
+
+_global_observer: HashObserver = NULL_OBSERVER
+_context_observer: contextvars.ContextVar[HashObserver | None] = contextvars.ContextVar(
+    "mmobs_observer", default=None
+)
+
+
+def get_observer() -> HashObserver:
+    """The observer in force here: a context override, else the process-wide one."""
+    return _context_observer.get() or _global_observer
+
+
+def set_observer(observer: HashObserver | None) -> HashObserver:
+    """Install ``observer`` process-wide (``None`` turns reporting off).
+
+    Returns the observer it replaced, so callers can restore it.
+    """
+    global _global_observer
+    previous = _global_observer
+    _global_observer = observer if observer is not None else NULL_OBSERVER
+    return previous
+
+
+@contextlib.contextmanager
+def observing(observer: HashObserver | None) -> Iterator[HashObserver]:
+    """Use ``observer`` (``None``: nobody) for this context only."""
+    chosen = observer if observer is not None else NULL_OBSERVER
+    token = _context_observer.set(chosen)
+    try:
+        yield chosen
+    finally:
+        _context_observer.reset(token)

@@ -1,0 +1,317 @@
+"""Decode images the way vLLM's ``ImageMediaIO`` does, refusing bad input cleanly.
+
+Loading semantics (``shared/golden/README.md``): open the bytes, apply the
+EXIF orientation while tolerating any exception from it, ``load()``, convert
+to ``image_mode`` (RGBA to RGB is composited onto ``rgba_background_color``
+through the alpha band; other conversions use ``convert``), and return a
+:class:`MediaWithBytes` whose ``io_config`` is set only when the conversion
+produced a new image object.
+
+Everything that cannot become an image raises :class:`BadImageError` with a
+reason from a closed set; no ``OSError``, ``SyntaxError``, ``struct.error`` or
+``DecompressionBombError`` escapes. Pixel bombs are refused from the header,
+before Pillow allocates the pixel buffer.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from collections.abc import Sequence
+from io import BytesIO
+from typing import Any
+
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from .errors import BadImageError
+from .events import TransposeFailure, get_observer
+from .media import MediaWithBytes
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_PIXELS",
+    "ImageMediaIO",
+    "load_data_url",
+    "normalize_image",
+    "safe_exif_transpose",
+]
+
+#: 50 megapixels: above any camera a client sends, far below a pixel bomb.
+DEFAULT_MAX_PIXELS = 50_000_000
+#: 32 MiB of encoded bytes per image.
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+
+_ALL_MODES: frozenset[str] = frozenset(getattr(Image, "MODES", ())) or frozenset(
+    ("1", "CMYK", "F", "HSV", "I", "I;16", "I;16B", "I;16L", "I;16N", "L", "LA", "La",
+     "LAB", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "YCbCr")
+)  # fmt: skip
+_DATA_URL_MEDIA_TYPES = ("", "application/octet-stream")
+
+
+def _report(error: BadImageError) -> BadImageError:
+    """Tell the observer about a refusal once, and mark it so nobody counts it twice."""
+    if not getattr(error, "reported", False):
+        error.reported = True  # type: ignore[attr-defined]
+        get_observer().bad_image(error)
+    return error
+
+
+def safe_exif_transpose(image: Image.Image, *, in_place: bool = False) -> Image.Image | None:
+    """``ImageOps.exif_transpose`` that never raises on a malformed EXIF block.
+
+    Use it wherever a model processor would call ``exif_transpose`` directly.
+    Decoding errors from ``load()`` still propagate (they are not EXIF
+    problems); any exception from reading the EXIF or applying the
+    orientation is reported and the image is returned unchanged (``None`` when
+    ``in_place``, as ``ImageOps`` does).
+    """
+    image.load()
+    try:
+        return ImageOps.exif_transpose(image, in_place=in_place)
+    except Exception as error:  # noqa: BLE001 - tolerated by design, and reported
+        get_observer().exif_transpose_failed(TransposeFailure(error, image))
+        return None if in_place else image
+
+
+def normalize_image(image: Image.Image) -> Image.Image:
+    """Apply the EXIF orientation and load the pixels; never raises on bad EXIF.
+
+    The result may be a new image object. Its ``format`` is carried over from
+    ``image`` so that logs can still name it.
+    """
+    normalized = safe_exif_transpose(image)
+    assert normalized is not None
+    if normalized is not image:
+        normalized.format = image.format
+    normalized.load()
+    return normalized
+
+
+class ImageMediaIO:
+    """Load images into :class:`MediaWithBytes`, keyed as vLLM keys them.
+
+    ``image_mode=None`` keeps the decoded mode. ``max_pixels`` and
+    ``max_bytes`` bound what one image may cost; both are checked before the
+    pixel buffer is allocated.
+    """
+
+    def __init__(
+        self,
+        image_mode: str | None = "RGB",
+        rgba_background_color: Sequence[int] = (255, 255, 255),
+        *,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
+        if image_mode is not None and image_mode not in _ALL_MODES:
+            raise ValueError(
+                f"unknown image_mode {image_mode!r}; use one of {', '.join(sorted(_ALL_MODES))}"
+            )
+        self.image_mode = image_mode
+        self.rgba_background_color = _validate_color(rgba_background_color)
+        if not isinstance(max_pixels, int) or max_pixels < 1:
+            raise ValueError(f"max_pixels must be a positive integer, not {max_pixels!r}")
+        if not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"max_bytes must be a positive integer, not {max_bytes!r}")
+        self.max_pixels = max_pixels
+        self.max_bytes = max_bytes
+
+    def __repr__(self) -> str:
+        return (
+            f"ImageMediaIO(image_mode={self.image_mode!r}, "
+            f"rgba_background_color={self.rgba_background_color!r}, "
+            f"max_pixels={self.max_pixels}, max_bytes={self.max_bytes})"
+        )
+
+    # -- entry points ---------------------------------------------------------
+
+    def load_bytes(self, data: bytes | bytearray | memoryview) -> MediaWithBytes[Image.Image]:
+        """Decode encoded image bytes; ``BadImageError`` if they are not an image."""
+        try:
+            return self._load(bytes(data))
+        except BadImageError as error:
+            _report(error)
+            raise
+
+    def load_base64(self, media_type: str, data: str | bytes) -> MediaWithBytes[Image.Image]:
+        """Decode a base64 payload (``media_type`` is informational, as in vLLM)."""
+        try:
+            raw = _decode_base64(data, self.max_bytes)
+        except BadImageError as error:
+            _report(error)
+            raise
+        return self.load_bytes(raw)
+
+    def load_file(self, path: str | os.PathLike[str]) -> MediaWithBytes[Image.Image]:
+        """Decode an image file. A missing or unreadable file raises ``OSError``."""
+        size = os.stat(path).st_size
+        if size > self.max_bytes:
+            raise _report(_too_large(size, self.max_bytes))
+        with open(path, "rb") as handle:
+            return self.load_bytes(handle.read(self.max_bytes + 1))
+
+    # -- the pipeline ---------------------------------------------------------
+
+    def _load(self, data: bytes) -> MediaWithBytes[Image.Image]:
+        if not data:
+            raise BadImageError("empty", "the image is empty (0 bytes); send the encoded file")
+        if len(data) > self.max_bytes:
+            raise _too_large(len(data), self.max_bytes)
+        opened = _open(data)
+        width, height = opened.size
+        if width * height > self.max_pixels:
+            raise BadImageError(
+                "too_many_pixels",
+                f"the image is {width}x{height} = {width * height} pixels, above the limit of "
+                f"{self.max_pixels}; resize it before sending",
+            )
+        _decode(opened)
+        image = normalize_image(opened)
+        converted = self._convert(image)
+        io_config = None
+        if converted is not image:
+            converted.format = opened.format
+            io_config = {
+                "image_mode": self.image_mode,
+                "rgba_background_color": self.rgba_background_color,
+            }
+        return MediaWithBytes(converted, data, io_config)
+
+    def _convert(self, image: Image.Image) -> Image.Image:
+        mode = self.image_mode
+        if mode is None or image.mode == mode:
+            return image
+        try:
+            if image.mode == "RGBA" and mode == "RGB":
+                composited = Image.new("RGB", image.size, self.rgba_background_color)
+                composited.paste(image, mask=image.getchannel("A"))
+                return composited
+            return image.convert(mode)
+        except Exception as error:  # noqa: BLE001 - Pillow raises ValueError, OSError...
+            raise BadImageError(
+                "unsupported_mode",
+                f"cannot convert a {image.mode} image to {mode}: {error}",
+            ) from error
+
+
+def load_data_url(url: str, io: ImageMediaIO | None = None) -> MediaWithBytes[Image.Image]:
+    """Load a ``data:image/...;base64,...`` URL.
+
+    Other schemes are refused as ``unsupported_url`` (fetching remote images
+    is the service's decision, see :mod:`mmobs.service`).
+    """
+    io = io or ImageMediaIO()
+    try:
+        media_type, payload = parse_data_url(url)
+    except BadImageError as error:
+        _report(error)
+        raise
+    return io.load_base64(media_type, payload)
+
+
+def parse_data_url(url: str) -> tuple[str, str]:
+    """Split a base64 ``data:`` URL into (media type, payload)."""
+    if not isinstance(url, str):
+        raise BadImageError("bad_data_url", f"an image URL must be a string, not {type(url).__name__}")
+    scheme, colon, _ = url[:16].partition(":")
+    if not colon or scheme.lower() != "data":
+        shown = scheme[:10] + ":" if colon else "no scheme"
+        raise BadImageError(
+            "unsupported_url",
+            f"only data: URLs with base64 image payloads are accepted here ({shown} given)",
+        )
+    header, comma, payload = url[5:].partition(",")
+    if not comma:
+        raise BadImageError("bad_data_url", "the data: URL has no ',' before its payload")
+    if len(header) > 256:
+        raise BadImageError("bad_data_url", "the data: URL header is longer than 256 characters")
+    media_type, *params = header.split(";")
+    media_type = media_type.strip().lower()
+    if "base64" not in (p.strip().lower() for p in params):
+        raise BadImageError(
+            "bad_data_url", "the data: URL is not base64-encoded; use data:image/<type>;base64,..."
+        )
+    if not (media_type.startswith("image/") or media_type in _DATA_URL_MEDIA_TYPES):
+        raise BadImageError(
+            "bad_data_url", f"the data: URL media type must be image/*, not {media_type[:40]!r}"
+        )
+    return media_type, payload
+
+
+# -- helpers ------------------------------------------------------------------
+
+
+def _validate_color(color: Any) -> tuple[int, int, int]:
+    if (
+        isinstance(color, (str, bytes))
+        or not isinstance(color, Sequence)
+        or len(color) != 3
+        or not all(type(c) is int and 0 <= c <= 255 for c in color)
+    ):
+        raise ValueError(
+            f"rgba_background_color must be three integers in 0..255, not {color!r}"
+        )
+    return (color[0], color[1], color[2])
+
+
+def _too_large(size: int, limit: int) -> BadImageError:
+    return BadImageError(
+        "too_large", f"the image is {size} bytes, above the limit of {limit} bytes"
+    )
+
+
+def _decode_base64(data: str | bytes, max_bytes: int) -> bytes:
+    if isinstance(data, str):
+        try:
+            data = data.encode("ascii")
+        except UnicodeEncodeError:
+            raise BadImageError("bad_base64", "the base64 payload has non-ASCII characters") from None
+    if len(data) // 4 * 3 > max_bytes + 3:
+        raise _too_large(len(data) // 4 * 3, max_bytes)
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        pass
+    # MIME-style payloads wrap lines; accept them, but nothing else off-alphabet.
+    stripped = data.translate(None, b" \t\r\n")
+    try:
+        return base64.b64decode(stripped, validate=True)
+    except (binascii.Error, ValueError) as error:
+        raise BadImageError("bad_base64", f"the payload is not valid base64: {error}") from None
+
+
+def _open(data: bytes) -> Image.Image:
+    """Parse the header only. Pillow reads no pixels here."""
+    try:
+        return Image.open(BytesIO(data))
+    except UnidentifiedImageError:
+        raise BadImageError(
+            "unidentified",
+            "the bytes are not a recognised image format (JPEG, PNG, WebP, GIF, TIFF, BMP...)",
+        ) from None
+    except Image.DecompressionBombError as error:
+        raise BadImageError("too_many_pixels", f"the image declares too many pixels: {error}") from None
+    except EOFError:
+        raise BadImageError("truncated", "the image ends inside its header") from None
+    except Exception as error:  # noqa: BLE001 - SyntaxError, struct.error, ValueError...
+        raise BadImageError("corrupt", f"the image header is malformed: {_describe(error)}") from None
+
+
+def _decode(image: Image.Image) -> None:
+    try:
+        image.load()
+    except Exception as error:  # noqa: BLE001 - OSError, SyntaxError, struct.error...
+        text = str(error)
+        if "truncated" in text or isinstance(error, EOFError):
+            raise BadImageError(
+                "truncated", f"the {image.format or 'image'} data ends early: {_describe(error)}"
+            ) from None
+        raise BadImageError(
+            "corrupt", f"the {image.format or 'image'} data cannot be decoded: {_describe(error)}"
+        ) from None
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error)[:200] or "no details"
+    return f"{type(error).__name__}: {text}"

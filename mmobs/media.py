@@ -1,0 +1,38 @@
+"""A decoded media object kept together with the bytes it was decoded from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class MediaWithBytes(Generic[T]):
+    """A decoded image or video together with its original encoded bytes.
+
+    Keying by the original bytes is both faster than keying by pixels and
+    immune to decoder differences between Pillow versions, which is why vLLM
+    keys loaded media this way. ``io_config`` records a decode option that
+    changed the pixels (a mode conversion), so it becomes part of the key.
+
+    Attribute access falls through to ``media`` so the wrapper can stand in for
+    the PIL image it holds; ``np.asarray(wrapper)`` gives the media's array.
+    """
+
+    media: T
+    original_bytes: bytes
+    io_config: dict[str, Any] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for names the dataclass does not have. Guard the fields
+        # themselves so a half-built instance (copy, pickle) cannot recurse.
+        if name in ("media", "original_bytes", "io_config"):
+            raise AttributeError(name)
+        return getattr(self.media, name)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        return np.asarray(self.media, dtype=dtype)
