@@ -1,0 +1,29 @@
+"""Per-request bookkeeping that the hashing hooks update and the middleware reads.
+
+The middleware opens a :class:`RequestStats` for each HTTP request in a
+context variable. Starlette runs sync endpoints in a thread pool with a copy of
+the context, so the same mutable object is reached from the worker thread:
+the observer counts into it, and the middleware reads the totals when the
+response ends (for example to count requests that carried an EXIF fallback).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class RequestStats:
+    """What happened to images during one request."""
+
+    request_id: str
+    route: str
+    images: int = 0
+    exif_fallbacks: int = 0
+    bad_images: int = 0
+
+
+current_request: contextvars.ContextVar[RequestStats | None] = contextvars.ContextVar(
+    "mmobs_request", default=None
+)

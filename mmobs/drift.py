@@ -1,0 +1,88 @@
+"""Cache-key drift: the same content getting a different key than last time.
+
+**The same content** means byte-identical original bytes (the encoded file a
+client sent) of the same media kind. The tracker therefore only looks at
+:class:`~mmobs.media.MediaWithBytes` items, which is what servers key. The
+key it compares is the digest of the item's own framed bytes, which changes
+when the key source changes (an ImageID UUID one time, the original bytes the
+next, because the EXIF read failed) or when a decode option that enters the
+key changes (``io_config``). Other keyword arguments of ``hash_kwargs`` (the
+model id, processor kwargs) are deliberately outside the comparison: a
+different model legitimately gives a different request key.
+
+Cost control: an item is sampled when a cheap digest of its length, first and
+last 4 KiB falls under ``sample_rate``. The decision is deterministic per
+content, so the same image is either always or never tracked and two sightings
+of it are always compared. Only sampled items pay for a full content digest.
+The table is an LRU with a fixed capacity.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from blake3 import blake3
+
+from .media import MediaWithBytes
+
+_EDGE = 4096
+_SCALE = 1 << 64
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """A content digest seen with two different item keys."""
+
+    kind: str
+    content_digest: str
+    previous_key: str
+    previous_source: str
+    key: str
+    key_source: str
+
+
+class DriftTracker:
+    """A bounded, thread-safe memory of recent content -> (item key, key source)."""
+
+    def __init__(self, capacity: int = 10_000, sample_rate: float = 0.05) -> None:
+        if not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be a positive integer, not {capacity!r}")
+        if not 0.0 <= sample_rate <= 1.0:
+            raise ValueError(f"sample_rate must be within 0..1, not {sample_rate!r}")
+        self.capacity = capacity
+        self.sample_rate = sample_rate
+        self._threshold = int(sample_rate * _SCALE)
+        self._entries: OrderedDict[tuple[str, bytes], tuple[str, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def samples(self, media: Any) -> bool:
+        """Whether this item is tracked. Cheap, and the same answer for the same bytes."""
+        if not isinstance(media, MediaWithBytes) or self._threshold == 0:
+            return False
+        if self._threshold >= _SCALE:
+            return True
+        data = media.original_bytes
+        probe = blake3(len(data).to_bytes(8, "little"))
+        probe.update(data[:_EDGE])
+        probe.update(data[-_EDGE:])
+        return int.from_bytes(probe.digest(8), "little") < self._threshold
+
+    def observe(self, kind: str, media: MediaWithBytes, key: str, key_source: str) -> Drift | None:
+        """Remember this sighting; return a :class:`Drift` if the key changed."""
+        content = blake3(media.original_bytes).digest(16)
+        entry = (kind, content)
+        with self._lock:
+            previous = self._entries.get(entry)
+            self._entries[entry] = (key, key_source)
+            self._entries.move_to_end(entry)
+            if len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+        if previous is None or previous[0] == key:
+            return None
+        return Drift(kind, content.hex(), previous[0], previous[1], key, key_source)

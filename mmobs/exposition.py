@@ -1,0 +1,93 @@
+"""Serve the metrics: content negotiation, multiprocess mode, an optional token.
+
+Under ``PROMETHEUS_MULTIPROC_DIR`` every scrape builds a fresh registry with a
+``MultiProcessCollector``, which sums the value files of every worker, so a
+scrape of any worker returns the totals of all of them.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.multiprocess import MultiProcessCollector
+from starlette.datastructures import Headers
+from starlette.types import Receive, Scope, Send
+
+from .http_errors import error_body, send_json
+
+
+def multiprocess_dir() -> str | None:
+    """The multiprocess directory in force, if any."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir")
+
+
+def scrape_registry(registry: CollectorRegistry | None = None) -> CollectorRegistry:
+    """The registry to expose: a fresh multiprocess one, or ``registry``/the global one."""
+    path = multiprocess_dir()
+    if path:
+        fresh = CollectorRegistry()
+        MultiProcessCollector(fresh, path=path)
+        return fresh
+    return REGISTRY if registry is None else registry
+
+
+def render(registry: CollectorRegistry | None, accept: str | None) -> tuple[bytes, str]:
+    """The exposition body and its content type, negotiated from ``Accept``."""
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(scrape_registry(registry)), content_type
+
+
+class MetricsEndpoint:
+    """An ASGI app answering ``GET``/``HEAD`` with the metrics.
+
+    With ``token`` set, requests must carry ``Authorization: Bearer <token>``.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None, token: str | None = None) -> None:
+        if token is not None and not token:
+            raise ValueError("the metrics token must not be empty")
+        self.registry = registry
+        self._token = token.encode() if token else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope)
+        if scope["method"] not in ("GET", "HEAD"):
+            await send_json(
+                send,
+                405,
+                error_body("the metrics endpoint answers GET and HEAD only", code="method_not_allowed"),
+                [(b"allow", b"GET, HEAD")],
+            )
+            return
+        if self._token is not None and not self._authorized(headers.get("authorization", "")):
+            await send_json(
+                send,
+                401,
+                error_body(
+                    "the metrics endpoint requires 'Authorization: Bearer <token>'",
+                    code="unauthorized",
+                    type="authentication_error",
+                ),
+                [(b"www-authenticate", b'Bearer realm="metrics"')],
+            )
+            return
+        body, content_type = render(self.registry, headers.get("accept"))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", content_type.encode()),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+
+    def _authorized(self, header: str) -> bool:
+        scheme, _, credentials = header.partition(" ")
+        assert self._token is not None
+        return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), self._token)

@@ -1,0 +1,199 @@
+"""MMObsMiddleware: mount mmobs on any ASGI app.
+
+A pure ASGI middleware (a class whose ``__call__`` wraps ``send``), in the
+shape of Starlette's own ``GZipMiddleware``. It never uses
+``BaseHTTPMiddleware``, which breaks contextvars, streaming and background
+tasks. Per-request state lives in locals, never on ``self``.
+
+For each HTTP request it:
+
+* takes a request id from ``X-Request-ID`` when it is safe (bounded length,
+  ``[A-Za-z0-9._:-]``) or makes one, and echoes it in the response;
+* binds ``request_id`` and the route template into structlog's contextvars,
+  so every hashing event logged during the request carries them;
+* turns a :class:`~mmobs.errors.BadImageError` escaping the app before the
+  response started into a 400 with an OpenAI-style JSON error;
+* counts the request by route, method and status class, times it to the last
+  body chunk, and counts requests that loaded images or hit an EXIF fallback;
+* serves ``/metrics`` (configurable, or off).
+
+``lifespan`` and ``websocket`` scopes pass through untouched.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from time import perf_counter
+from typing import Any
+
+import structlog
+from PIL import Image, UnidentifiedImageError
+from prometheus_client import REGISTRY, CollectorRegistry
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .context import RequestStats, current_request
+from .errors import BadImageError
+from .events import get_observer
+from .exposition import MetricsEndpoint
+from .http_errors import bad_image_body, send_json
+from .instrument import Instrumentation, export_fingerprint, install, metrics_for
+from .metrics import HttpMetrics
+from .routing import RouteResolver
+
+__all__ = ["MMObsMiddleware", "REQUEST_ID_PATTERN"]
+
+#: What a client-supplied request id may look like; anything else is replaced.
+REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_log = structlog.get_logger("mmobs")
+_http_metrics: dict[int, HttpMetrics] = {}
+
+
+def _http_metrics_for(registry: CollectorRegistry) -> HttpMetrics:
+    metrics = _http_metrics.get(id(registry))
+    if metrics is None or metrics.registry is not registry:
+        metrics = _http_metrics[id(registry)] = HttpMetrics(registry)
+    return metrics
+
+
+def pillow_error_as_bad_image(error: Exception) -> BadImageError | None:
+    """Map Pillow's own decode errors to a :class:`BadImageError`, or None."""
+    if isinstance(error, UnidentifiedImageError):
+        return BadImageError("unidentified", f"the bytes are not a recognised image format: {error}")
+    if isinstance(error, Image.DecompressionBombError):
+        return BadImageError("too_many_pixels", f"the image declares too many pixels: {error}")
+    if isinstance(error, OSError) and "truncated" in str(error):
+        return BadImageError("truncated", f"the image data ends early: {error}")
+    return None
+
+
+class MMObsMiddleware:
+    """Request context, bad-image 400s, request metrics and ``/metrics`` for an ASGI app.
+
+    :param app: the ASGI app to wrap.
+    :param registry: where the metrics live (prometheus_client's global one by default).
+    :param metrics_path: where to serve the metrics; ``None`` to not serve them.
+    :param metrics_token: require ``Authorization: Bearer <token>`` on ``metrics_path``.
+    :param request_id_header: the header a request id is read from and echoed in.
+    :param pillow_errors_as_bad_images: also answer Pillow's own decode errors
+        (``UnidentifiedImageError``, ``DecompressionBombError``, truncation)
+        with a 400 instead of letting them become a 500.
+    :param route_resolver: maps a scope to its route template.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        registry: CollectorRegistry | None = None,
+        metrics_path: str | None = "/metrics",
+        metrics_token: str | None = None,
+        request_id_header: str = "x-request-id",
+        pillow_errors_as_bad_images: bool = False,
+        route_resolver: Callable[[Scope], str] | None = None,
+    ) -> None:
+        self.app = app
+        if registry is not None and registry is not REGISTRY:
+            observer = get_observer()
+            if not (isinstance(observer, Instrumentation) and observer.metrics.registry is registry):
+                install(registry)
+        registry = REGISTRY if registry is None else registry
+        self.metrics = _http_metrics_for(registry)
+        export_fingerprint(metrics_for(registry))
+        self.metrics_path = metrics_path
+        self.metrics_endpoint = MetricsEndpoint(registry, metrics_token) if metrics_path else None
+        self.request_id_header = request_id_header.lower()
+        self._request_id_key = self.request_id_header.encode("latin-1")
+        self.pillow_errors_as_bad_images = pillow_errors_as_bad_images
+        self.resolve_route = route_resolver or RouteResolver()
+        self._children: dict[tuple[str, str, str], Any] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        started = perf_counter()
+        request_id = self._request_id(scope)
+        metrics_request = self.metrics_endpoint is not None and scope["path"] == self.metrics_path
+        route = self.metrics_path if metrics_request else self.resolve_route(scope)
+        method = scope["method"] if scope["method"] in _METHODS else "other"
+        stats = RequestStats(request_id, route)
+        status = 500
+        finished: float | None = None
+        response_started = False
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status, finished, response_started
+            if message["type"] == "http.response.start":
+                response_started = True
+                status = message["status"]
+                headers = MutableHeaders(scope=message)
+                if self.request_id_header not in headers:
+                    headers.append(self.request_id_header, request_id)
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                finished = perf_counter()
+            await send(message)
+
+        stats_token = current_request.set(stats)
+        log_tokens = structlog.contextvars.bind_contextvars(request_id=request_id, route=route)
+        try:
+            if metrics_request:
+                assert self.metrics_endpoint is not None
+                await self.metrics_endpoint(scope, receive, send_wrapper)
+            else:
+                await self.app(scope, receive, send_wrapper)
+        except Exception as error:  # noqa: BLE001 - re-raised unless it is a bad image
+            bad_image = self._as_bad_image(error)
+            if bad_image is None:
+                raise
+            if getattr(bad_image, "reported", False) is False:
+                bad_image.reported = True  # type: ignore[attr-defined]
+                get_observer().bad_image(bad_image)
+            if response_started:
+                _log.error(
+                    "bad_image_after_response_started",
+                    reason=bad_image.reason,
+                    error=bad_image.message[:200],
+                )
+                raise
+            await send_json(send_wrapper, 400, bad_image_body(bad_image))
+        finally:
+            structlog.contextvars.reset_contextvars(**log_tokens)
+            current_request.reset(stats_token)
+            self._record(route, method, status, (finished or perf_counter()) - started, stats)
+
+    def _as_bad_image(self, error: Exception) -> BadImageError | None:
+        if isinstance(error, BadImageError):
+            return error
+        if self.pillow_errors_as_bad_images:
+            return pillow_error_as_bad_image(error)
+        return None
+
+    def _request_id(self, scope: Scope) -> str:
+        for name, value in scope["headers"]:
+            if name == self._request_id_key:
+                try:
+                    candidate = value.decode("ascii")
+                except UnicodeDecodeError:
+                    break
+                if REQUEST_ID_PATTERN.fullmatch(candidate):
+                    return candidate
+                break
+        return uuid.uuid4().hex
+
+    def _record(self, route: str, method: str, status: int, seconds: float, stats: RequestStats) -> None:
+        status_class = f"{status // 100}xx" if 100 <= status < 600 else "5xx"
+        key = (route, method, status_class)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.metrics.requests.labels(route, method, status_class)
+        child.inc()
+        self.metrics.duration.labels(route, method).observe(seconds)
+        if stats.images or stats.bad_images:
+            self.metrics.image_requests.labels(route, status_class).inc()
+        if stats.exif_fallbacks:
+            self.metrics.fallback_requests.labels(route).inc()

@@ -1,0 +1,70 @@
+"""Route templates for metric labels and log context, never raw paths.
+
+Raw paths carry ids and are unbounded; a route template (``/v1/items/{id}``)
+comes from the application's own route table, a closed set. The middleware
+needs the template *before* the app runs (to bind it into the log context for
+the whole request), so it matches the Starlette/FastAPI route table itself.
+Apps without one get :data:`UNMATCHED_ROUTE` for every request.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from starlette.routing import Match, Mount
+
+UNMATCHED_ROUTE = "<unmatched>"
+
+
+def _template(routes: Any, scope: dict[str, Any], prefix: str = "") -> str | None:
+    partial: str | None = None
+    for route in routes:
+        try:
+            match, child_scope = route.matches(scope)
+        except Exception:  # noqa: BLE001 - a foreign route type: skip it
+            continue
+        if match is Match.NONE:
+            continue
+        path = getattr(route, "path", None)
+        if path is None:
+            continue
+        if isinstance(route, Mount) and match is Match.FULL:
+            inner = _template(route.routes, {**scope, **child_scope}, prefix + path)
+            return inner or prefix + path + "/{path:path}"
+        if match is Match.FULL:
+            return prefix + path
+        partial = partial or prefix + path
+    return partial
+
+
+class RouteResolver:
+    """Resolve (and cache) the route template of an HTTP scope.
+
+    The cache is keyed by method and path and holds at most ``capacity``
+    entries, so a flood of random paths costs matching time, never memory.
+    """
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.capacity = capacity
+        self._cache: OrderedDict[tuple[str, str, int], str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, scope: dict[str, Any]) -> str:
+        app = scope.get("app")
+        routes = getattr(app, "routes", None)
+        if routes is None:
+            return UNMATCHED_ROUTE
+        key = (scope.get("method", ""), scope.get("path", ""), id(app))
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
+        template = _template(routes, scope) or UNMATCHED_ROUTE
+        with self._lock:
+            self._cache[key] = template
+            if len(self._cache) > self.capacity:
+                self._cache.popitem(last=False)
+        return template
