@@ -95,6 +95,44 @@ class HashObserver:
         """The loader refused an input."""
 
 
+class RecordingObserver(HashObserver):
+    """Remembers the events of one piece of work and forwards them all to ``inner``.
+
+    Used to answer "what happened to *this* image" (its key source, whether
+    the EXIF fallback ran and why) while the process-wide observer still
+    counts and logs everything.
+    """
+
+    def __init__(self, inner: HashObserver | None = None) -> None:
+        self.inner = inner if inner is not None else NULL_OBSERVER
+        self.fallbacks: list[ExifFallback] = []
+        self.transpose_failures: list[TransposeFailure] = []
+        self.keyed: list[MediaKeyed] = []
+        self.bad_images: list[BadImageError] = []
+
+    def exif_fallback(self, event: ExifFallback) -> None:
+        self.fallbacks.append(event)
+        self.inner.exif_fallback(event)
+
+    def exif_transpose_failed(self, event: TransposeFailure) -> None:
+        self.transpose_failures.append(event)
+        self.inner.exif_transpose_failed(event)
+
+    def wants_item_digest(self, kind: MediaKind, media: Any) -> bool:
+        return self.inner.wants_item_digest(kind, media)
+
+    def media_keyed(self, event: MediaKeyed) -> None:
+        self.keyed.append(event)
+        self.inner.media_keyed(event)
+
+    def hashed(self, algorithm: str, seconds: float, nbytes: int) -> None:
+        self.inner.hashed(algorithm, seconds, nbytes)
+
+    def bad_image(self, error: BadImageError) -> None:
+        self.bad_images.append(error)
+        self.inner.bad_image(error)
+
+
 NULL_OBSERVER = HashObserver()
 
 _global_observer: HashObserver = NULL_OBSERVER

@@ -16,6 +16,7 @@ traffic counters only ever count real inputs.
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -94,7 +95,10 @@ def _reference_inputs() -> dict[str, Callable[[], dict[str, Any]]]:
 def compute_fingerprint() -> Fingerprint:
     """Hash every reference input (reporting nothing) and digest the keys."""
     keys: dict[str, str] = {}
-    with observing(None):
+    # Reference inputs are malformed on purpose; Pillow's "Corrupt EXIF data"
+    # warnings about them are expected noise, not news.
+    with observing(None), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
         for name, build in _reference_inputs().items():
             try:
                 keys[name] = MultiModalHasher.hash_kwargs("blake3", **build())

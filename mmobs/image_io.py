@@ -49,8 +49,8 @@ _ALL_MODES: frozenset[str] = frozenset(getattr(Image, "MODES", ())) or frozenset
 _DATA_URL_MEDIA_TYPES = ("", "application/octet-stream")
 
 
-def _report(error: BadImageError) -> BadImageError:
-    """Tell the observer about a refusal once, and mark it so nobody counts it twice."""
+def report_bad_image(error: BadImageError) -> BadImageError:
+    """Tell the observer about a refusal once; marked, so nobody counts it twice."""
     if not getattr(error, "reported", False):
         error.reported = True  # type: ignore[attr-defined]
         get_observer().bad_image(error)
@@ -131,7 +131,7 @@ class ImageMediaIO:
         try:
             return self._load(bytes(data))
         except BadImageError as error:
-            _report(error)
+            report_bad_image(error)
             raise
 
     def load_base64(self, media_type: str, data: str | bytes) -> MediaWithBytes[Image.Image]:
@@ -139,7 +139,7 @@ class ImageMediaIO:
         try:
             raw = _decode_base64(data, self.max_bytes)
         except BadImageError as error:
-            _report(error)
+            report_bad_image(error)
             raise
         return self.load_bytes(raw)
 
@@ -147,7 +147,7 @@ class ImageMediaIO:
         """Decode an image file. A missing or unreadable file raises ``OSError``."""
         size = os.stat(path).st_size
         if size > self.max_bytes:
-            raise _report(_too_large(size, self.max_bytes))
+            raise report_bad_image(_too_large(size, self.max_bytes))
         with open(path, "rb") as handle:
             return self.load_bytes(handle.read(self.max_bytes + 1))
 
@@ -205,7 +205,7 @@ def load_data_url(url: str, io: ImageMediaIO | None = None) -> MediaWithBytes[Im
     try:
         media_type, payload = parse_data_url(url)
     except BadImageError as error:
-        _report(error)
+        report_bad_image(error)
         raise
     return io.load_base64(media_type, payload)
 

@@ -36,6 +36,19 @@ def safe_text(value: object, limit: int = MAX_FIELD_CHARS) -> str:
     return text
 
 
+def _exception_label_inline(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """Keep mmobs's one-word ``exception`` label on the event line in console output.
+
+    structlog's ConsoleRenderer prints an ``exception`` field as a traceback
+    below the line; mmobs events use that key for the exception class name
+    (matching the metric label), so the console shows it inline instead.
+    """
+    label = event_dict.get("exception")
+    if isinstance(label, str) and "\n" not in label:
+        event_dict["exception_type"] = event_dict.pop("exception")
+    return event_dict
+
+
 def configure_logging(
     format: LogFormat = "json",
     level: str | int = "info",
@@ -51,19 +64,18 @@ def configure_logging(
     numeric_level = logging.getLevelName(level.upper()) if isinstance(level, str) else level
     if not isinstance(numeric_level, int):
         raise ValueError(f"unknown log level {level!r}")
-    renderer: Any = (
-        structlog.processors.JSONRenderer()
-        if format == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
-    )
+    processors: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+    ]
+    if format == "json":
+        processors.append(structlog.processors.JSONRenderer())
+    else:
+        processors += [_exception_label_inline, structlog.dev.ConsoleRenderer(colors=False)]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
         logger_factory=structlog.WriteLoggerFactory(file=stream or sys.stderr),
         cache_logger_on_first_use=True,

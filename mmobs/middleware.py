@@ -38,6 +38,7 @@ from .context import RequestStats, current_request
 from .errors import BadImageError
 from .events import get_observer
 from .exposition import MetricsEndpoint
+from .image_io import report_bad_image
 from .http_errors import bad_image_body, send_json
 from .instrument import Instrumentation, export_fingerprint, install, metrics_for
 from .metrics import HttpMetrics
@@ -150,9 +151,7 @@ class MMObsMiddleware:
             bad_image = self._as_bad_image(error)
             if bad_image is None:
                 raise
-            if getattr(bad_image, "reported", False) is False:
-                bad_image.reported = True  # type: ignore[attr-defined]
-                get_observer().bad_image(bad_image)
+            report_bad_image(bad_image)
             if response_started:
                 _log.error(
                     "bad_image_after_response_started",

@@ -1,0 +1,349 @@
+"""The ``mmobs`` command: hash files, explain their EXIF, print the fingerprint, serve.
+
+Exit codes: 0 success, 1 some input could not be keyed, 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from collections.abc import Sequence
+from io import BytesIO
+from pathlib import Path
+from typing import Any, TextIO
+
+from PIL import Image, ImageOps
+
+from ._version import __version__
+from .errors import BadImageError
+from .events import RecordingObserver, get_observer, observing
+from .hashing import ALGORITHMS, IMAGE_ID_TAG, MultiModalHasher
+from .image_io import ImageMediaIO
+from .logs import configure_logging, safe_text
+
+_ORIENTATION_TAG = 0x0112
+
+
+# -- mmobs hash -------------------------------------------------------------------
+
+
+def hash_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
+    """Key one file as the reference service would; a dict for printing."""
+    recorder = RecordingObserver(get_observer())
+    with observing(recorder):
+        media = io.load_file(path)
+        key = MultiModalHasher.hash_kwargs(algorithm, image=media)
+    fallback = recorder.fallbacks[0] if recorder.fallbacks else None
+    return {
+        "file": path,
+        "mm_hash": key,
+        "algorithm": algorithm,
+        "key_source": recorder.keyed[-1].key_source,
+        "exif_fallback": fallback is not None,
+        "exif_error": (
+            f"{type(fallback.error).__name__}: {safe_text(fallback.error)}" if fallback else None
+        ),
+        "exif_transpose_failed": bool(recorder.transpose_failures),
+        "format": media.media.format,
+        "mode": media.media.mode,
+        "width": media.media.width,
+        "height": media.media.height,
+    }
+
+
+class _Progress:
+    """A one-line progress bar on a terminal; silent elsewhere."""
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self.total, self.stream = total, stream
+        self.enabled = total > 1 and stream.isatty()
+
+    def update(self, done: int) -> None:
+        if self.enabled:
+            filled = int(30 * done / self.total)
+            self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{self.total}")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+
+
+def cmd_hash(args: argparse.Namespace) -> int:
+    io = ImageMediaIO(image_mode=args.image_mode)
+    failures = 0
+    progress = _Progress(len(args.files), sys.stderr)
+    for done, path in enumerate(args.files, 1):
+        try:
+            result = hash_file(path, args.algorithm, io)
+        except BadImageError as error:
+            failures += 1
+            _print_failure(args, path, error.reason, error.message)
+        except OSError as error:
+            failures += 1
+            _print_failure(args, path, "unreadable", f"cannot read the file: {error.strerror or error}")
+        else:
+            if args.json:
+                print(json.dumps(result), flush=True)
+            else:
+                why = f" ({result['exif_error']})" if result["exif_error"] else ""
+                print(
+                    f"{result['mm_hash']}  {path}\n"
+                    f"    key_source={result['key_source']} exif_fallback={str(result['exif_fallback']).lower()}{why}\n"
+                    f"    format={result['format']} mode={result['mode']} size={result['width']}x{result['height']}",
+                    flush=True,
+                )
+        progress.update(done)
+    progress.close()
+    return 1 if failures else 0
+
+
+def _print_failure(args: argparse.Namespace, path: str, reason: str, message: str) -> None:
+    if args.json:
+        print(json.dumps({"file": path, "error": {"reason": reason, "message": message}}), flush=True)
+    print(f"mmobs: {path}: {reason}: {message}", file=sys.stderr, flush=True)
+
+
+# -- mmobs inspect ------------------------------------------------------------------
+
+
+def _read_exif(image: Image.Image) -> dict[str, Any]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            exif = image.getexif()
+            image_id = exif.get(IMAGE_ID_TAG)
+            result: dict[str, Any] = {
+                "raises": None,
+                "tags": len(exif),
+                "orientation": exif.get(_ORIENTATION_TAG),
+                "image_id": None if image_id is None else safe_text(image_id, 80),
+                "image_id_type": None if image_id is None else type(image_id).__name__,
+            }
+        except Exception as error:  # noqa: BLE001 - reporting it is the point
+            result = {"raises": f"{type(error).__name__}: {safe_text(error)}"}
+    result["warnings"] = [safe_text(w.message) for w in caught]
+    return result
+
+
+def inspect_file(path: str) -> dict[str, Any]:
+    """How reading this file's EXIF behaves on each path an image takes."""
+    data = Path(path).read_bytes()
+    report: dict[str, Any] = {"file": path, "bytes": len(data), "exif_segment_bytes": None, "paths": {}}
+
+    def fresh() -> Image.Image:
+        return Image.open(BytesIO(data))
+
+    try:
+        opened = fresh()
+    except Exception as error:  # noqa: BLE001
+        report["error"] = f"{type(error).__name__}: {safe_text(error)}"
+        return report
+    report.update(format=opened.format, mode=opened.mode, size=list(opened.size))
+    exif_bytes = opened.info.get("exif")
+    report["exif_segment_bytes"] = len(exif_bytes) if exif_bytes else 0
+    paths = report["paths"]
+    paths["open"] = _read_exif(opened)
+    loaded = fresh()
+    try:
+        loaded.load()
+        paths["open+load"] = _read_exif(loaded)
+    except Exception as error:  # noqa: BLE001
+        paths["open+load"] = {"load_error": f"{type(error).__name__}: {safe_text(error)}"}
+    try:
+        transposed = ImageOps.exif_transpose(fresh())
+        paths["exif_transpose"] = {"raises": None, **_read_exif(transposed)}
+    except Exception as error:  # noqa: BLE001
+        paths["exif_transpose"] = {"raises": f"{type(error).__name__}: {safe_text(error)}"}
+    recorder = RecordingObserver()
+    with observing(recorder):
+        try:
+            paths["loader"] = _read_exif(ImageMediaIO().load_bytes(data).media)
+            MultiModalHasher.hash_kwargs("blake3", image=ImageMediaIO().load_bytes(data))
+            report["key_source"] = recorder.keyed[-1].key_source
+            report["exif_fallback"] = bool(recorder.fallbacks)
+        except BadImageError as error:
+            report["error"] = f"{error.reason}: {error.message}"
+    return report
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    try:
+        report = inspect_file(args.file)
+    except OSError as error:
+        print(f"mmobs: {args.file}: cannot read the file: {error.strerror or error}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"{report['file']}: {report.get('format')} {report.get('mode')} {report.get('size')}, "
+              f"{report['bytes']} bytes, EXIF segment {report['exif_segment_bytes']} bytes")
+        for name, result in report["paths"].items():
+            print(f"  {name:15} {_describe_path(result)}")
+        if "key_source" in report:
+            print(f"  key: from {report['key_source']}, EXIF fallback {'ran' if report['exif_fallback'] else 'not needed'}")
+    if "error" in report:
+        print(f"mmobs: {args.file}: {report['error']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _describe_path(result: dict[str, Any]) -> str:
+    if result.get("load_error"):
+        return f"load() raises {result['load_error']}"
+    if result.get("raises"):
+        text = f"getexif() raises {result['raises']}"
+    else:
+        text = (f"ok: {result['tags']} tags, orientation={result['orientation']}, "
+                f"ImageID={result['image_id']} ({result['image_id_type']})")
+    if result.get("warnings"):
+        text += f"; warnings: {'; '.join(result['warnings'])}"
+    return text
+
+
+# -- mmobs fingerprint ---------------------------------------------------------------
+
+
+def cmd_fingerprint(args: argparse.Namespace) -> int:
+    from .fingerprint import compute_fingerprint
+
+    fingerprint = compute_fingerprint()
+    if args.json:
+        print(json.dumps({"fingerprint": fingerprint.digest, "keys": fingerprint.keys}, indent=2))
+    else:
+        print(fingerprint.digest)
+        for name, key in sorted(fingerprint.keys.items()):
+            print(f"  {name:28} {key}")
+    return 0
+
+
+# -- mmobs serve ---------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .service import CONFIG_ENV, ServiceConfig
+
+    config = ServiceConfig(
+        max_body_bytes=args.max_body_bytes,
+        max_images=args.max_images,
+        max_pixels=args.max_pixels,
+        metrics_path=None if args.no_metrics else args.metrics_path,
+        metrics_token=args.metrics_token or os.environ.get("MMOBS_METRICS_TOKEN") or None,
+        allowed_hosts=tuple(args.allow_remote_host),
+        log_format=args.log_format,
+        log_level=args.log_level,
+    )
+    os.environ[CONFIG_ENV] = config.to_env()
+    options: dict[str, Any] = {
+        "host": args.host,
+        "port": args.port,
+        "access_log": args.access_log,
+        "log_level": args.log_level,
+        "timeout_graceful_shutdown": 10,
+        "limit_concurrency": args.limit_concurrency,
+        "h11_max_incomplete_event_size": 64 * 1024,
+    }
+    if args.workers <= 1:
+        from .service import create_app
+
+        uvicorn.run(create_app(config), **options)
+        return 0
+    owned_dir = _prepare_multiprocess_dir()
+    try:
+        uvicorn.run("mmobs.service:create_app", factory=True, workers=args.workers, **options)
+    finally:
+        if owned_dir:
+            shutil.rmtree(owned_dir, ignore_errors=True)
+    return 0
+
+
+def _prepare_multiprocess_dir() -> str | None:
+    """Point every worker at one fresh metrics directory; return it if we made it."""
+    existing = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if existing:
+        Path(existing).mkdir(parents=True, exist_ok=True)
+        for stale in Path(existing).glob("*.db"):
+            stale.unlink()
+        return None
+    made = tempfile.mkdtemp(prefix="mmobs-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
+    return made
+
+
+# -- parser -------------------------------------------------------------------------
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mmobs", description="vLLM-compatible multimodal cache keys, with observability."
+    )
+    parser.add_argument("--version", action="version", version=f"mmobs {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    hash_parser = commands.add_parser("hash", help="print each file's cache key and how it was derived")
+    hash_parser.add_argument("files", nargs="+", metavar="FILE")
+    hash_parser.add_argument("--algorithm", choices=ALGORITHMS, default="blake3")
+    hash_parser.add_argument("--image-mode", default="RGB", help="mode the loader converts to (default RGB)")
+    hash_parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    hash_parser.set_defaults(handler=cmd_hash)
+
+    inspect_parser = commands.add_parser("inspect", help="explain a file's EXIF on every load path")
+    inspect_parser.add_argument("file", metavar="FILE")
+    inspect_parser.add_argument("--json", action="store_true")
+    inspect_parser.set_defaults(handler=cmd_inspect)
+
+    fingerprint_parser = commands.add_parser("fingerprint", help="print this install's fleet fingerprint")
+    fingerprint_parser.add_argument("--json", action="store_true")
+    fingerprint_parser.set_defaults(handler=cmd_fingerprint)
+
+    serve = commands.add_parser("serve", help="run the reference service (POST /v1/hash, GET /metrics)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=_positive, default=1)
+    serve.add_argument("--log-format", choices=("json", "console"), default="json")
+    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    serve.add_argument("--max-body-bytes", type=_positive, default=64 * 1024 * 1024)
+    serve.add_argument("--max-images", type=_positive, default=64)
+    serve.add_argument("--max-pixels", type=_positive, default=50_000_000)
+    serve.add_argument("--metrics-path", default="/metrics")
+    serve.add_argument("--no-metrics", action="store_true", help="do not serve metrics")
+    serve.add_argument("--metrics-token", default=None, help="require this bearer token on /metrics (or MMOBS_METRICS_TOKEN)")
+    serve.add_argument("--allow-remote-host", action="append", default=[], metavar="HOST",
+                       help="allow fetching http(s) image URLs from HOST (repeatable; off by default)")
+    serve.add_argument("--limit-concurrency", type=_positive, default=1024,
+                       help="answer 503 above this many concurrent connections")
+    serve.add_argument("--access-log", action="store_true", help="let uvicorn log every request")
+    serve.set_defaults(handler=cmd_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command != "serve":
+        # Events go to stderr so stdout stays clean for --json; the command prints the facts.
+        configure_logging("console", "warning", stream=sys.stderr)
+    if args.command in ("hash", "inspect"):
+        try:
+            ImageMediaIO(image_mode=getattr(args, "image_mode", "RGB"))
+        except ValueError as error:
+            print(f"mmobs: {error}", file=sys.stderr)
+            return 2
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
