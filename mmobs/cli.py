@@ -17,6 +17,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any, TextIO
 
+import structlog
 from PIL import Image, ImageOps
 
 from ._version import __version__
@@ -234,6 +235,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         max_images=args.max_images,
         max_pixels=args.max_pixels,
+        max_image_bytes=args.max_image_bytes,
+        fetch_allow_private=args.fetch_allow_private,
         metrics_path=None if args.no_metrics else args.metrics_path,
         metrics_token=args.metrics_token or os.environ.get("MMOBS_METRICS_TOKEN") or None,
         allowed_hosts=tuple(args.allow_remote_host),
@@ -256,6 +259,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         uvicorn.run(create_app(config), **options)
         return 0
     owned_dir = _prepare_multiprocess_dir()
+    configure_logging(args.log_format, args.log_level)
+    structlog.get_logger("mmobs").info(
+        "multiprocess_metrics", workers=args.workers, directory=os.environ["PROMETHEUS_MULTIPROC_DIR"]
+    )
     try:
         uvicorn.run("mmobs.service:create_app", factory=True, workers=args.workers, **options)
     finally:
@@ -319,11 +326,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-body-bytes", type=_positive, default=64 * 1024 * 1024)
     serve.add_argument("--max-images", type=_positive, default=64)
     serve.add_argument("--max-pixels", type=_positive, default=50_000_000)
+    serve.add_argument("--max-image-bytes", type=_positive, default=32 * 1024 * 1024)
     serve.add_argument("--metrics-path", default="/metrics")
     serve.add_argument("--no-metrics", action="store_true", help="do not serve metrics")
     serve.add_argument("--metrics-token", default=None, help="require this bearer token on /metrics (or MMOBS_METRICS_TOKEN)")
     serve.add_argument("--allow-remote-host", action="append", default=[], metavar="HOST",
                        help="allow fetching http(s) image URLs from HOST (repeatable; off by default)")
+    serve.add_argument("--fetch-allow-private", action="store_true",
+                       help="let remote fetches reach private/loopback addresses (testing only)")
     serve.add_argument("--limit-concurrency", type=_positive, default=1024,
                        help="answer 503 above this many concurrent connections")
     serve.add_argument("--access-log", action="store_true", help="let uvicorn log every request")

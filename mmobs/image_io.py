@@ -292,9 +292,11 @@ def _open(data: bytes) -> Image.Image:
         ) from None
     except Image.DecompressionBombError as error:
         raise BadImageError("too_many_pixels", f"the image declares too many pixels: {error}") from None
-    except EOFError:
-        raise BadImageError("truncated", "the image ends inside its header") from None
     except Exception as error:  # noqa: BLE001 - SyntaxError, struct.error, ValueError...
+        if _is_truncation(error):
+            raise BadImageError(
+                "truncated", f"the image ends inside its header: {_describe(error)}"
+            ) from None
         raise BadImageError("corrupt", f"the image header is malformed: {_describe(error)}") from None
 
 
@@ -302,14 +304,17 @@ def _decode(image: Image.Image) -> None:
     try:
         image.load()
     except Exception as error:  # noqa: BLE001 - OSError, SyntaxError, struct.error...
-        text = str(error)
-        if "truncated" in text or isinstance(error, EOFError):
+        if _is_truncation(error):
             raise BadImageError(
                 "truncated", f"the {image.format or 'image'} data ends early: {_describe(error)}"
             ) from None
         raise BadImageError(
             "corrupt", f"the {image.format or 'image'} data cannot be decoded: {_describe(error)}"
         ) from None
+
+
+def _is_truncation(error: BaseException) -> bool:
+    return isinstance(error, EOFError) or "truncated" in str(error).lower()
 
 
 def _describe(error: BaseException) -> str:

@@ -68,6 +68,8 @@ def configure_logging(
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        # The worker's pid: with several workers, tells which one logged.
+        structlog.processors.CallsiteParameterAdder([structlog.processors.CallsiteParameter.PROCESS]),
         structlog.processors.format_exc_info,
     ]
     if format == "json":

@@ -1,0 +1,116 @@
+"""Helpers shared by the tests that run real processes (uvicorn, Prometheus)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+REQUIRE_PROMETHEUS = os.environ.get("MMOBS_REQUIRE_PROMETHEUS") == "1"
+
+
+def require_binary(name: str) -> str:
+    """The path of a Prometheus binary, or skip (fail under MMOBS_REQUIRE_PROMETHEUS=1)."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} not installed (apt-get install prometheus)"
+        if REQUIRE_PROMETHEUS:
+            pytest.fail(f"{message}, and MMOBS_REQUIRE_PROMETHEUS=1 forbids skipping")
+        pytest.skip(message)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def data_url(data: bytes, media_type: str = "image/jpeg") -> str:
+    return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+
+
+def metric_value(text: str, name: str, labels: dict[str, str] | None = None) -> float:
+    """Sum of the samples called ``name`` whose labels include ``labels`` (0 if none)."""
+    labels = labels or {}
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+class ServiceProcess:
+    """``mmobs serve`` in a subprocess on a loopback port, logs captured to a file."""
+
+    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = tmp_path / f"serve-{self.port}.log"
+        command = [sys.executable, "-m", "mmobs.cli", "serve", "--port", str(self.port), *args]
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mmobs serve exited with {self.process.returncode}:\n{self.logs()}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"mmobs serve did not become ready in {timeout}s:\n{self.logs()}")
+
+    def metrics(self, **headers: str) -> str:
+        response = httpx.get(self.url + "/metrics", headers=headers, timeout=10)
+        response.raise_for_status()
+        return response.text
+
+    def logs(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def log_events(self) -> list[dict[str, Any]]:
+        import json
+
+        events = []
+        for line in self.logs().splitlines():
+            if line.startswith("{"):
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    pass
+        return events
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
