@@ -8,9 +8,9 @@ vectors in ``shared/golden`` pin that down.
 
 Two things differ from a straightforward implementation:
 
-* Pixels are streamed from Pillow's raw encoder into the digest chunk by chunk
-  (``np.asarray(image)`` would first copy the whole image), producing exactly
-  the bytes ``np.asarray`` would hold.
+* Pixels reach the digest straight from Pillow's memory or chunk by chunk
+  from its raw encoder (:mod:`mmobs.pixels`), never as the full copy that
+  ``np.asarray(image)`` makes, yet as exactly the bytes it would hold.
 * Reading the EXIF ImageID is the single tolerant spot: any exception there is
   swallowed, reported to the current :class:`~mmobs.events.HashObserver`, and
   the key falls back to the pixels (plain image) or the original bytes
@@ -43,6 +43,7 @@ from .events import (
     get_observer,
 )
 from .media import MediaWithBytes
+from .pixels import pixel_chunks
 
 __all__ = ["ALGORITHMS", "MultiModalHasher", "UnsupportedTypeWarning"]
 
@@ -56,10 +57,6 @@ _TAG_SEQUENCE = b"\x01"
 _TAG_MAPPING = b"\x02"
 _TAG_LEAF = b"\x03"
 _pack_len = struct.Struct("<Q").pack
-
-#: Pixel bytes handed to the digest per step: big enough that per-chunk Python
-#: overhead vanishes, small enough to stay in L2 between packing and hashing.
-PIXEL_CHUNK_BYTES = 256 * 1024
 
 
 class _Digest(Protocol):
@@ -112,33 +109,6 @@ def _pixel_layout(image: Image.Image) -> tuple[str, tuple[int, ...], str]:
     # Pillow exposes mode "1" to NumPy as one byte per pixel (0 or 255).
     rawmode = "L" if image.mode == "1" else image.mode
     return np.dtype(mode_info.typestr).str, shape, rawmode
-
-
-def _pixel_stream(image: Image.Image, rawmode: str, nbytes: int) -> Iterator[Chunk]:
-    """The bytes of ``np.asarray(image)``, packed by Pillow's raw encoder in chunks."""
-    if nbytes == 0:
-        return
-    image.load()
-    encoder = Image._getencoder(image.mode, "raw", rawmode)
-    # The raw encoder needs room for at least one packed line (<= 4 bytes a pixel).
-    bufsize = max(PIXEL_CHUNK_BYTES, image.width * 4)
-    produced = 0
-    try:
-        encoder.setimage(image.im, (0, 0, *image.size))
-        while True:
-            _, status, data = encoder.encode(bufsize)
-            if data:
-                produced += len(data)
-                yield data
-            if status:
-                break
-    finally:
-        encoder.cleanup()
-    if status < 0 or produced != nbytes:
-        raise RuntimeError(
-            f"Pillow's raw encoder produced {produced} of {nbytes} bytes "
-            f"(status {status}) for a {image.mode} image of size {image.size}"
-        )
 
 
 class MultiModalHasher:
@@ -306,6 +276,11 @@ class MultiModalHasher:
         Emits the same bytes as ``iter_item_to_bytes("image", {..., "data":
         np.asarray(image)})`` would, but packs the pixels chunk by chunk.
         """
+        # vLLM evaluates {"mode": image.mode, "data": np.asarray(image)} and only
+        # then reads the palette: the mode is read before, the palette after, the
+        # load that np.asarray triggers (some plugins change them when loading).
+        mode = image.mode
+        image.load()
         dtype, shape, rawmode = _pixel_layout(image)
         nbytes = np.dtype(dtype).itemsize * int(np.prod(shape))
         fields = 2
@@ -319,7 +294,7 @@ class MultiModalHasher:
         yield from _framed(b"image")
         yield _TAG_MAPPING
         yield _pack_len(fields)
-        yield from cls.iter_item_to_bytes("mode", image.mode)
+        yield from cls.iter_item_to_bytes("mode", mode)
         yield from _framed(b"data")
         yield _TAG_LEAF
         yield from _framed(b"ndarray")
@@ -331,7 +306,7 @@ class MultiModalHasher:
         yield from _framed(b"data")
         yield _TAG_LEAF
         yield _pack_len(nbytes)
-        yield from _pixel_stream(image, rawmode, nbytes)
+        yield from pixel_chunks(image, rawmode, nbytes)
         if palette_bytes is not None:
             yield from cls.iter_item_to_bytes("palette", palette_bytes)
         if palette_rawmode is not None:

@@ -110,10 +110,9 @@ class ImageMediaIO:
             )
         self.image_mode = image_mode
         self.rgba_background_color = _validate_color(rgba_background_color)
-        if not isinstance(max_pixels, int) or max_pixels < 1:
-            raise ValueError(f"max_pixels must be a positive integer, not {max_pixels!r}")
-        if not isinstance(max_bytes, int) or max_bytes < 1:
-            raise ValueError(f"max_bytes must be a positive integer, not {max_bytes!r}")
+        for name, limit in (("max_pixels", max_pixels), ("max_bytes", max_bytes)):
+            if type(limit) is not int or limit < 1:
+                raise ValueError(f"{name} must be a positive integer, not {limit!r}")
         self.max_pixels = max_pixels
         self.max_bytes = max_bytes
 
@@ -290,7 +289,8 @@ def _open(data: bytes) -> Image.Image:
             "unidentified",
             "the bytes are not a recognised image format (JPEG, PNG, WebP, GIF, TIFF, BMP...)",
         ) from None
-    except Image.DecompressionBombError as error:
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+        # The warning arrives as an exception when warnings are turned into errors.
         raise BadImageError("too_many_pixels", f"the image declares too many pixels: {error}") from None
     except Exception as error:  # noqa: BLE001 - SyntaxError, struct.error, ValueError...
         if _is_truncation(error):

@@ -132,6 +132,8 @@ class MMObsMiddleware:
             if message["type"] == "http.response.start":
                 response_started = True
                 status = message["status"]
+                # "headers" is optional in ASGI and may be any iterable: normalise it.
+                message["headers"] = list(message.get("headers", ()))
                 headers = MutableHeaders(scope=message)
                 if self.request_id_header not in headers:
                     headers.append(self.request_id_header, request_id)

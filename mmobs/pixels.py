@@ -1,0 +1,133 @@
+"""The bytes ``np.asarray(image)`` would hold, without building that copy.
+
+vLLM keys a plain PIL image by ``np.asarray(image)``, which first copies the
+whole pixel buffer (12 MB for a 4 MP RGB image) and then hashes it. mmobs
+feeds the digest the same bytes in two cheaper ways:
+
+* **Zero-copy**, when Pillow stores the pixels exactly as NumPy would see
+  them (``L``, ``P``, ``I;16``, ``I``, ``F``, ``RGBA``, ``CMYK``...) and the
+  image sits in one memory block: the digest reads Pillow's own buffer,
+  reached through Pillow's public Arrow C Data Interface export.
+* **Streaming**, otherwise (``RGB`` is stored as 4 bytes a pixel; images over
+  Pillow's 16 MiB block size are split into blocks): Pillow's raw encoder
+  packs the pixels chunk by chunk. Chunks stay below glibc's mmap threshold so
+  each one reuses the same hot heap memory instead of a fresh mapping.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterator
+
+from PIL import Image
+
+#: Bytes per streamed chunk: under glibc's 128 KiB mmap threshold (see above).
+STREAM_CHUNK_BYTES = 96 * 1024
+
+
+class _ArrowSchema(ctypes.Structure):
+    pass
+
+
+_ArrowSchema._fields_ = [
+    ("format", ctypes.c_char_p),
+    ("name", ctypes.c_char_p),
+    ("metadata", ctypes.c_char_p),
+    ("flags", ctypes.c_int64),
+    ("n_children", ctypes.c_int64),
+    ("children", ctypes.POINTER(ctypes.POINTER(_ArrowSchema))),
+    ("dictionary", ctypes.c_void_p),
+    ("release", ctypes.c_void_p),
+    ("private_data", ctypes.c_void_p),
+]
+
+
+class _ArrowArray(ctypes.Structure):
+    pass
+
+
+_ArrowArray._fields_ = [
+    ("length", ctypes.c_int64),
+    ("null_count", ctypes.c_int64),
+    ("offset", ctypes.c_int64),
+    ("n_buffers", ctypes.c_int64),
+    ("n_children", ctypes.c_int64),
+    ("buffers", ctypes.POINTER(ctypes.c_void_p)),
+    ("children", ctypes.POINTER(ctypes.POINTER(_ArrowArray))),
+    ("dictionary", ctypes.c_void_p),
+    ("release", ctypes.c_void_p),
+    ("private_data", ctypes.c_void_p),
+]
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+#: Arrow primitive format characters -> item size in bytes.
+_ARROW_ITEM_SIZES = {b"c": 1, b"C": 1, b"s": 2, b"S": 2, b"i": 4, b"I": 4, b"f": 4, b"l": 8, b"L": 8, b"g": 8}
+
+
+def _zero_copy_view(image: Image.Image, nbytes: int) -> tuple[memoryview, object] | None:
+    """Pillow's pixel memory as a byte view, if it is exactly the NumPy layout.
+
+    Returns the view and the Arrow capsule that keeps the export (and so the
+    memory) alive; ``None`` when the image is split over several blocks, the
+    layout differs (RGB's padding byte), or this Pillow has no Arrow export.
+    """
+    export = getattr(image, "__arrow_c_array__", None)
+    if export is None or image.mode == "1":  # NumPy sees "1" as 0/255 bytes: re-packed
+        return None
+    try:
+        schema_capsule, array_capsule = export()
+    except (ValueError, OSError, RuntimeError):
+        return None  # "Image rows are not contiguous in memory": several blocks
+    schema = _ArrowSchema.from_address(_capsule_pointer(schema_capsule, b"arrow_schema"))
+    array = _ArrowArray.from_address(_capsule_pointer(array_capsule, b"arrow_array"))
+    # A fixed-size list (4-byte pixels) keeps its bytes in the child array.
+    while array.n_children == 1 and schema.n_children == 1:
+        schema, array = schema.children[0].contents, array.children[0].contents
+    item_size = _ARROW_ITEM_SIZES.get(schema.format)
+    if item_size is None or array.n_buffers < 2 or array.offset != 0 or array.null_count > 0:
+        return None
+    if array.length * item_size != nbytes or not array.buffers[1]:
+        return None
+    buffer = (ctypes.c_ubyte * nbytes).from_address(array.buffers[1])
+    return memoryview(buffer).cast("B"), (schema_capsule, array_capsule)
+
+
+def pixel_chunks(image: Image.Image, rawmode: str, nbytes: int) -> Iterator[bytes | memoryview]:
+    """Yield exactly the ``nbytes`` bytes of ``np.asarray(image)``."""
+    if nbytes == 0:
+        return
+    image.load()
+    zero_copy = _zero_copy_view(image, nbytes)
+    if zero_copy is not None:
+        view, keep_alive = zero_copy
+        yield view
+        del keep_alive
+        return
+    yield from _encoded_chunks(image, rawmode, nbytes)
+
+
+def _encoded_chunks(image: Image.Image, rawmode: str, nbytes: int) -> Iterator[bytes]:
+    encoder = Image._getencoder(image.mode, "raw", rawmode)
+    # The raw encoder needs room for at least one packed line (<= 4 bytes a pixel).
+    bufsize = max(STREAM_CHUNK_BYTES, image.width * 4)
+    produced = 0
+    status = 0
+    try:
+        encoder.setimage(image.im, (0, 0, *image.size))
+        while True:
+            _, status, data = encoder.encode(bufsize)
+            if data:
+                produced += len(data)
+                yield data
+            if status:
+                break
+    finally:
+        encoder.cleanup()
+    if status < 0 or produced != nbytes:
+        raise RuntimeError(
+            f"Pillow's raw encoder produced {produced} of {nbytes} bytes "
+            f"(status {status}) for a {image.mode} image of size {image.size}"
+        )
