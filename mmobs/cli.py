@@ -237,7 +237,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_pixels=args.max_pixels,
         max_image_bytes=args.max_image_bytes,
         fetch_allow_private=args.fetch_allow_private,
-        metrics_path=None if args.no_metrics else args.metrics_path,
+        metrics_path=None if args.no_metrics or args.metrics_port else args.metrics_path,
         metrics_token=args.metrics_token or os.environ.get("MMOBS_METRICS_TOKEN") or None,
         allowed_hosts=tuple(args.allow_remote_host),
         log_format=args.log_format,
@@ -256,7 +256,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.workers <= 1:
         from .service import create_app
 
-        uvicorn.run(create_app(config), **options)
+        app = create_app(config)
+        _start_metrics_server(args)
+        uvicorn.run(app, **options)
         return 0
     owned_dir = _prepare_multiprocess_dir()
     configure_logging(args.log_format, args.log_level)
@@ -264,11 +266,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "multiprocess_metrics", workers=args.workers, directory=os.environ["PROMETHEUS_MULTIPROC_DIR"]
     )
     try:
+        _start_metrics_server(args)
         uvicorn.run("mmobs.service:create_app", factory=True, workers=args.workers, **options)
     finally:
         if owned_dir:
             shutil.rmtree(owned_dir, ignore_errors=True)
     return 0
+
+
+def _start_metrics_server(args: argparse.Namespace) -> None:
+    """Serve the metrics on their own port (a listener only Prometheus can reach)."""
+    if not args.metrics_port:
+        return
+    from prometheus_client import start_http_server
+
+    from .exposition import scrape_registry
+
+    # In multiprocess mode the collector re-reads every worker's files per scrape.
+    start_http_server(args.metrics_port, addr=args.host, registry=scrape_registry())
 
 
 def _prepare_multiprocess_dir() -> str | None:
@@ -329,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-image-bytes", type=_positive, default=32 * 1024 * 1024)
     serve.add_argument("--metrics-path", default="/metrics")
     serve.add_argument("--no-metrics", action="store_true", help="do not serve metrics")
+    serve.add_argument("--metrics-port", type=_positive, default=None,
+                       help="serve the metrics on this port instead of --metrics-path")
     serve.add_argument("--metrics-token", default=None, help="require this bearer token on /metrics (or MMOBS_METRICS_TOKEN)")
     serve.add_argument("--allow-remote-host", action="append", default=[], metavar="HOST",
                        help="allow fetching http(s) image URLs from HOST (repeatable; off by default)")

@@ -109,7 +109,7 @@ class MMObsMiddleware:
         self.request_id_header = request_id_header.lower()
         self._request_id_key = self.request_id_header.encode("latin-1")
         self.pillow_errors_as_bad_images = pillow_errors_as_bad_images
-        self.resolve_route = route_resolver or RouteResolver()
+        self.resolve_route = route_resolver or RouteResolver(app=app)
         self._children: dict[tuple[str, str, str], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

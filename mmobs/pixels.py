@@ -67,12 +67,11 @@ _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _ARROW_ITEM_SIZES = {b"c": 1, b"C": 1, b"s": 2, b"S": 2, b"i": 4, b"I": 4, b"f": 4, b"l": 8, b"L": 8, b"g": 8}
 
 
-def _zero_copy_view(image: Image.Image, nbytes: int) -> tuple[memoryview, object] | None:
+def _zero_copy_view(image: Image.Image, nbytes: int) -> memoryview | None:
     """Pillow's pixel memory as a byte view, if it is exactly the NumPy layout.
 
-    Returns the view and the Arrow capsule that keeps the export (and so the
-    memory) alive; ``None`` when the image is split over several blocks, the
-    layout differs (RGB's padding byte), or this Pillow has no Arrow export.
+    ``None`` when the image is split over several blocks, the layout differs
+    (RGB's padding byte), or this Pillow has no Arrow export.
     """
     export = getattr(image, "__arrow_c_array__", None)
     if export is None or image.mode == "1":  # NumPy sees "1" as 0/255 bytes: re-packed
@@ -92,7 +91,10 @@ def _zero_copy_view(image: Image.Image, nbytes: int) -> tuple[memoryview, object
     if array.length * item_size != nbytes or not array.buffers[1]:
         return None
     buffer = (ctypes.c_ubyte * nbytes).from_address(array.buffers[1])
-    return memoryview(buffer).cast("B"), (schema_capsule, array_capsule)
+    # The view must keep the pixel memory alive for as long as anyone holds it
+    # (chunks may outlive the caller's image): the buffer owns the export.
+    buffer._owners = (image.im, schema_capsule, array_capsule)  # type: ignore[attr-defined]
+    return memoryview(buffer).cast("B")
 
 
 def pixel_chunks(image: Image.Image, rawmode: str, nbytes: int) -> Iterator[bytes | memoryview]:
@@ -100,11 +102,9 @@ def pixel_chunks(image: Image.Image, rawmode: str, nbytes: int) -> Iterator[byte
     if nbytes == 0:
         return
     image.load()
-    zero_copy = _zero_copy_view(image, nbytes)
-    if zero_copy is not None:
-        view, keep_alive = zero_copy
+    view = _zero_copy_view(image, nbytes)
+    if view is not None:
         yield view
-        del keep_alive
         return
     yield from _encoded_chunks(image, rawmode, nbytes)
 

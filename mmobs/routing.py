@@ -46,13 +46,16 @@ class RouteResolver:
     entries, so a flood of random paths costs matching time, never memory.
     """
 
-    def __init__(self, capacity: int = 1024) -> None:
+    def __init__(self, capacity: int = 1024, app: Any = None) -> None:
         self.capacity = capacity
+        #: The app whose routes to use when the scope names none (the middleware
+        #: wrapping a Starlette app from outside runs before Starlette sets it).
+        self.app = app
         self._cache: OrderedDict[tuple[str, str, int], str] = OrderedDict()
         self._lock = threading.Lock()
 
     def __call__(self, scope: dict[str, Any]) -> str:
-        app = scope.get("app")
+        app = scope.get("app") or self.app
         routes = getattr(app, "routes", None)
         if routes is None:
             return UNMATCHED_ROUTE

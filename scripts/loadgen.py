@@ -1,0 +1,122 @@
+"""Concurrent load against ``POST /v1/hash`` with exact accounting of what was sent.
+
+Used by the reliability tests (CI-sized) and by hand for the full-sized run
+documented in ``docs/reliability.md``::
+
+    mmobs serve --workers 2 --port 8000 &
+    python scripts/loadgen.py http://127.0.0.1:8000 --requests 5000 --concurrency 32 --fallback-every 4
+
+Every request carries one image; every ``fallback_every``-th one is the vLLM
+regression JPEG (malformed EXIF), the rest a clean JPEG. The summary says how
+many were sent, answered by status class, and how many carried the malformed
+EXIF, so the caller can check the fallback counter moved by exactly that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden" / "inputs"
+
+
+def _data_url(data: bytes) -> str:
+    return "data:image/jpeg;base64," + base64.b64encode(data).decode()
+
+
+@dataclass
+class LoadResult:
+    sent: int = 0
+    fallback_sent: int = 0
+    fallback_answered: int = 0
+    statuses: Counter[int] = field(default_factory=Counter)
+    transport_errors: int = 0
+    seconds: float = 0.0
+
+    @property
+    def server_errors(self) -> int:
+        return sum(n for status, n in self.statuses.items() if status >= 500)
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "sent": self.sent,
+            "fallback_sent": self.fallback_sent,
+            "fallback_answered": self.fallback_answered,
+            "statuses": dict(sorted(self.statuses.items())),
+            "transport_errors": self.transport_errors,
+            "seconds": round(self.seconds, 2),
+            "requests_per_second": round(self.sent / self.seconds, 1) if self.seconds else None,
+        }
+
+
+async def run_load(
+    url: str,
+    *,
+    requests: int,
+    concurrency: int,
+    fallback_every: int,
+    bad_image: bytes | None = None,
+    good_image: bytes | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> LoadResult:
+    """Send ``requests`` requests from ``concurrency`` workers; never raises on HTTP errors."""
+    bad = _data_url(bad_image or (GOLDEN / "bad-exif-header.jpg").read_bytes())
+    good = _data_url(good_image or (GOLDEN / "photo.jpg").read_bytes())
+    result = LoadResult()
+    next_index = 0
+    started = time.perf_counter()
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        nonlocal next_index
+        while next_index < requests:
+            index = next_index
+            next_index += 1
+            carries_fallback = index % fallback_every == 0
+            result.sent += 1
+            result.fallback_sent += carries_fallback
+            try:
+                response = await client.post(
+                    url + "/v1/hash",
+                    json={"images": [bad if carries_fallback else good]},
+                    headers={"x-request-id": f"load-{index}"},
+                )
+            except httpx.TransportError:
+                result.transport_errors += 1
+                continue
+            result.statuses[response.status_code] += 1
+            if response.status_code == 200 and response.json()["items"][0]["exif_fallback"]:
+                result.fallback_answered += 1
+            if on_progress is not None:
+                on_progress(result.sent)
+
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("url")
+    parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--fallback-every", type=int, default=4)
+    args = parser.parse_args()
+    result = asyncio.run(
+        run_load(args.url, requests=args.requests, concurrency=args.concurrency, fallback_every=args.fallback_every)
+    )
+    print(json.dumps(result.summary(), indent=2))
+
+
+if __name__ == "__main__":
+    main()
