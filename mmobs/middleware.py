@@ -41,7 +41,7 @@ from .exposition import MetricsEndpoint
 from .image_io import report_bad_image
 from .http_errors import bad_image_body, send_json
 from .instrument import Instrumentation, export_fingerprint, install, metrics_for
-from .metrics import HttpMetrics
+from .metrics import STATUS_CLASSES, HttpMetrics
 from .routing import RouteResolver
 
 __all__ = ["MMObsMiddleware", "REQUEST_ID_PATTERN"]
@@ -111,6 +111,7 @@ class MMObsMiddleware:
         self.pillow_errors_as_bad_images = pillow_errors_as_bad_images
         self.resolve_route = route_resolver or RouteResolver(app=app)
         self._children: dict[tuple[str, str, str], Any] = {}
+        self._warmed = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -118,6 +119,8 @@ class MMObsMiddleware:
             return
 
         started = perf_counter()
+        if not self._warmed:
+            self._warm(scope)
         request_id = self._request_id(scope)
         metrics_request = self.metrics_endpoint is not None and scope["path"] == self.metrics_path
         route = self.metrics_path if metrics_request else self.resolve_route(scope)
@@ -166,6 +169,22 @@ class MMObsMiddleware:
             structlog.contextvars.reset_contextvars(**log_tokens)
             current_request.reset(stats_token)
             self._record(route, method, status, (finished or perf_counter()) - started, stats)
+
+    def _warm(self, scope: Scope) -> None:
+        """Create the per-route image series at zero when the route table is known.
+
+        A counter series born at 1 hides its first increment from ``rate()``
+        (the first 5xx on an image route, say); born at 0 on the first request
+        of any kind, it is scraped at 0 before the traffic it counts.
+        """
+        self._warmed = True
+        app = scope.get("app") or self.app
+        for route in getattr(app, "routes", None) or ():
+            template = getattr(route, "path", None)
+            if isinstance(template, str) and getattr(route, "methods", None):
+                for status_class in STATUS_CLASSES:
+                    self.metrics.image_requests.labels(template, status_class)
+                self.metrics.fallback_requests.labels(template)
 
     def _as_bad_image(self, error: Exception) -> BadImageError | None:
         if isinstance(error, BadImageError):
