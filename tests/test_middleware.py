@@ -101,6 +101,16 @@ def label_sets(registry: CollectorRegistry, name: str) -> set[tuple[tuple[str, s
     }
 
 
+def counted_label_sets(registry: CollectorRegistry, name: str) -> set[tuple[tuple[str, str], ...]]:
+    """Label sets of the series that counted something (known routes start at 0)."""
+    return {
+        tuple(sorted(sample.labels.items()))
+        for family in registry.collect()
+        for sample in family.samples
+        if sample.name == name and sample.value
+    }
+
+
 def events(entries: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [entry for entry in entries if entry["event"] == name]
 
@@ -672,7 +682,7 @@ def test_request_without_images_moves_no_image_counter(registry: CollectorRegist
     assert value(registry, "mmobs_http_image_requests_total", route="/no-images", status_class="2xx") == 0.0
     assert value(registry, "mmobs_http_exif_fallback_requests_total", route="/hash-route") == 1.0
     assert value(registry, "mmobs_http_image_requests_total", route="/hash-route", status_class="2xx") == 1.0
-    assert {dict(labels)["route"] for labels in label_sets(registry, "mmobs_http_image_requests_total")} == {
+    assert {dict(labels)["route"] for labels in counted_label_sets(registry, "mmobs_http_image_requests_total")} == {
         "/hash-route"
     }
 
@@ -685,7 +695,19 @@ def test_good_image_counts_an_image_request_but_no_fallback(
     assert events(context_logs, "exif_fallback") == []
     assert value(registry, "mmobs_http_image_requests_total", route="/hash-good", status_class="2xx") == 1.0
     assert value(registry, "mmobs_http_exif_fallback_requests_total", route="/hash-good") == 0.0
-    assert label_sets(registry, "mmobs_http_exif_fallback_requests_total") == set()
+    assert counted_label_sets(registry, "mmobs_http_exif_fallback_requests_total") == set()
+
+
+def test_known_routes_have_image_series_at_zero_from_the_first_request(
+    registry: CollectorRegistry, client: TestClient
+) -> None:
+    """So rate() sees a route's first fallback or first 5xx (a series born at 1 hides it)."""
+    assert client.get("/items/1").status_code == 200
+    for status_class in ("1xx", "2xx", "3xx", "4xx", "5xx"):
+        assert registry.get_sample_value(
+            "mmobs_http_image_requests_total", {"route": "/hash-route", "status_class": status_class}
+        ) == 0.0
+    assert registry.get_sample_value("mmobs_http_exif_fallback_requests_total", {"route": "/hash-route"}) == 0.0
 
 
 # =============================================================================
