@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 import uuid
+import weakref
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
@@ -50,13 +51,14 @@ __all__ = ["MMObsMiddleware", "REQUEST_ID_PATTERN"]
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _log = structlog.get_logger("mmobs")
-_http_metrics: dict[int, HttpMetrics] = {}
+_http_metrics: weakref.WeakKeyDictionary[CollectorRegistry, HttpMetrics] = weakref.WeakKeyDictionary()
 
 
 def _http_metrics_for(registry: CollectorRegistry) -> HttpMetrics:
-    metrics = _http_metrics.get(id(registry))
-    if metrics is None or metrics.registry is not registry:
-        metrics = _http_metrics[id(registry)] = HttpMetrics(registry)
+    """One set of request metrics per registry, shared by every middleware on it."""
+    metrics = _http_metrics.get(registry)
+    if metrics is None:
+        metrics = _http_metrics[registry] = HttpMetrics(registry)
     return metrics
 
 
