@@ -15,7 +15,6 @@ before Pillow allocates the pixel buffer.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import os
 from collections.abc import Sequence
@@ -23,6 +22,11 @@ from io import BytesIO
 from typing import Any
 
 from PIL import Image, ImageOps, UnidentifiedImageError
+
+try:  # 3-4x faster on large payloads, same strict semantics (the "serve" extra)
+    from pybase64 import b64decode
+except ImportError:  # pragma: no cover - exercised where pybase64 is absent
+    from base64 import b64decode
 
 from .errors import BadImageError
 from .events import TransposeFailure, get_observer
@@ -269,13 +273,13 @@ def _decode_base64(data: str | bytes, max_bytes: int) -> bytes:
     if len(data) // 4 * 3 > max_bytes + 3:
         raise _too_large(len(data) // 4 * 3, max_bytes)
     try:
-        return base64.b64decode(data, validate=True)
+        return b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         pass
     # MIME-style payloads wrap lines; accept them, but nothing else off-alphabet.
     stripped = data.translate(None, b" \t\r\n")
     try:
-        return base64.b64decode(stripped, validate=True)
+        return b64decode(stripped, validate=True)
     except (binascii.Error, ValueError) as error:
         raise BadImageError("bad_base64", f"the payload is not valid base64: {error}") from None
 

@@ -181,7 +181,7 @@ class Instrumentation(HashObserver):
         self.log.error(
             "cache_key_drift",
             kind=drift.kind,
-            content_digest=drift.content_digest[:_DIGEST_HEX_CHARS],
+            content_digest=content_digest(media.original_bytes),
             previous_key_source=drift.previous_source,
             key_source=drift.key_source,
             previous_item_key=drift.previous_key[:_DIGEST_HEX_CHARS],

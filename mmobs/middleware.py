@@ -22,8 +22,8 @@ For each HTTP request it:
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 import weakref
 from collections.abc import Callable
 from time import perf_counter
@@ -112,7 +112,10 @@ class MMObsMiddleware:
         self._request_id_key = self.request_id_header.encode("latin-1")
         self.pillow_errors_as_bad_images = pillow_errors_as_bad_images
         self.resolve_route = route_resolver or RouteResolver(app=app)
+        # Label children by (route, method[, status class]): labels() locks and
+        # validates on every call. Routes come from the app's table: bounded.
         self._children: dict[tuple[str, str, str], Any] = {}
+        self._durations: dict[tuple[str, str], Any] = {}
         self._warmed = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -205,7 +208,7 @@ class MMObsMiddleware:
                 if REQUEST_ID_PATTERN.fullmatch(candidate):
                     return candidate
                 break
-        return uuid.uuid4().hex
+        return os.urandom(16).hex()
 
     def _record(self, route: str, method: str, status: int, seconds: float, stats: RequestStats) -> None:
         status_class = f"{status // 100}xx" if 100 <= status < 600 else "5xx"
@@ -214,7 +217,10 @@ class MMObsMiddleware:
         if child is None:
             child = self._children[key] = self.metrics.requests.labels(route, method, status_class)
         child.inc()
-        self.metrics.duration.labels(route, method).observe(seconds)
+        duration = self._durations.get((route, method))
+        if duration is None:
+            duration = self._durations[(route, method)] = self.metrics.duration.labels(route, method)
+        duration.observe(seconds)
         if stats.images or stats.bad_images:
             self.metrics.image_requests.labels(route, status_class).inc()
         if stats.exif_fallbacks:

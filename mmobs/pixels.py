@@ -10,8 +10,8 @@ feeds the digest the same bytes in two cheaper ways:
   reached through Pillow's public Arrow C Data Interface export.
 * **Streaming**, otherwise (``RGB`` is stored as 4 bytes a pixel; images over
   Pillow's 16 MiB block size are split into blocks): Pillow's raw encoder
-  packs the pixels chunk by chunk. Chunks stay below glibc's mmap threshold so
-  each one reuses the same hot heap memory instead of a fresh mapping.
+  packs the pixels chunk by chunk into the digest, never more than one chunk
+  held at a time.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from collections.abc import Iterator
 
 from PIL import Image
 
-#: Bytes per streamed chunk: under glibc's 128 KiB mmap threshold (see above).
-STREAM_CHUNK_BYTES = 96 * 1024
+#: Bytes per streamed chunk. Smaller chunks cost more in per-chunk overhead,
+#: larger ones barely gain and raise the peak (docs/performance.md).
+STREAM_CHUNK_BYTES = 256 * 1024
 
 
 class _ArrowSchema(ctypes.Structure):

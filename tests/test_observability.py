@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import structlog
+from blake3 import blake3
 from PIL import Image
 from prometheus_client import CollectorRegistry, generate_latest
 from structlog.testing import LogCapture, capture_logs
@@ -282,11 +283,20 @@ def test_unchanged_keys_never_drift(registry):
     assert value(registry, "mmobs_cache_key_drift_samples_total", kind="media_with_bytes") == 20
 
 
+def test_drift_content_identity_is_the_original_bytes_item_digest():
+    """The tracker's shortcut (reuse the key's digest) names content as a full pass would."""
+    from mmobs.drift import original_bytes_item_digest
+
+    with observing(None):
+        item = b"".join(MultiModalHasher.serialize_item(ImageMediaIO().load_bytes(PHOTO_JPEG)))
+    assert blake3(item).digest(16) == original_bytes_item_digest("media_with_bytes", PHOTO_JPEG)
+
+
 def test_drift_tracker_is_bounded():
     tracker = DriftTracker(capacity=16, sample_rate=1.0)
     for i in range(500):
         media = MediaWithBytes(None, i.to_bytes(4, "little") * 10)
-        tracker.observe("media_with_bytes", media, f"key{i}", "original_bytes")
+        tracker.observe("media_with_bytes", media, blake3(media.original_bytes).hexdigest(), "original_bytes")
     assert len(tracker) == 16
 
 
