@@ -44,11 +44,4 @@ def exporter() -> Starlette:
     return app
 
 
-def mmobs_proposed() -> Starlette:
-    """``mmobs`` with ``proposals.LeanerMMObsMiddleware`` (not served over HTTP by run.py)."""
-    from proposals import LeanerMMObsMiddleware
-
-    return _app([Middleware(LeanerMMObsMiddleware)])
-
-
 FACTORIES = {"bare": bare, "mmobs": mmobs, "starlette_exporter": exporter}

@@ -1,6 +1,6 @@
 """mmobs performance benchmarks: run by hand, not in CI.
 
-    python benchmarks/run.py            # full run (about 10 minutes on 2 cores)
+    python benchmarks/run.py            # full run (about 5 minutes on 2 cores)
     python benchmarks/run.py --quick    # smoke run (a minute or two)
     python benchmarks/run.py --only pixels,bytes --output results.md
 
@@ -16,14 +16,15 @@ Sections (``--only`` takes any of them, comma-separated):
   and requests/s through uvicorn + wrk against a bare app and
   starlette_exporter;
 * ``service``: ``POST /v1/hash`` images/s through ``mmobs serve`` with 1
-  and 2 workers, and where a request's time goes.
+  and 2 workers (and with Pillow's block cache off), and where a request's
+  time goes.
 
 Every comparison runs its competitors in the same rounds, interleaved in a
 shuffled order, and reports medians and the median of per-round ratios (see
 ``_harness.py``). Servers bind 127.0.0.1 on free ports, every load run is
 bounded, and every server is stopped at the end.
 
-Needs: ``pip install -e '.[test]' starlette_exporter pybase64 orjson`` and
+Needs: ``pip install -e '.[test]' starlette_exporter orjson`` and
 ``wrk`` (``apt-get install -y wrk``); sections whose extras are missing say so.
 """
 
@@ -39,11 +40,13 @@ import json
 import math
 import os
 import pstats
+import random
 import statistics
 import struct
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,9 +62,9 @@ sys.path.insert(0, str(HERE))
 import _harness as H  # noqa: E402
 import _servers as S  # noqa: E402
 import naive  # noqa: E402
-import proposals  # noqa: E402
 
 import mmobs  # noqa: E402
+import mmobs.pixels  # noqa: E402
 from mmobs import DriftTracker, ImageMediaIO, MediaWithBytes, MultiModalHasher, observing  # noqa: E402
 from mmobs.events import RecordingObserver, get_observer, set_observer  # noqa: E402
 from mmobs.instrument import Instrumentation  # noqa: E402
@@ -160,11 +163,6 @@ def mmobs_key(obj: Any) -> str:
         return MultiModalHasher.hash_kwargs("blake3", image=obj)
 
 
-def _none(fn: Callable[[Any], str], obj: Any) -> str:
-    with observing(None):
-        return fn(obj)
-
-
 def keyer(obj: Any, observer: Any = None, *, default: bool = False) -> Callable[[], str]:
     """``hash_kwargs("blake3", image=obj)`` under ``observer`` (or the process default)."""
     if default:
@@ -205,10 +203,7 @@ def section_pixels(cfg: Config, out: H.Report) -> None:
         "straightforward key (`naive.py`: `{\"mode\", \"data\": np.asarray(img)}` (+palette) "
         "framed per design.md). Every key was checked equal to blake3 over the stream and to the "
         f"naive key. Times are medians of {cfg.rounds} interleaved rounds; ratios are medians of "
-        "per-round ratios to blake3 alone (± half the interquartile range). `proposal`: "
-        "the framing in front of the pixels joined into one chunk and "
-        f"`STREAM_CHUNK_BYTES = {proposals.PROPOSED_STREAM_CHUNK_BYTES // 1024} KiB` "
-        "(`proposals.py`; same keys, checked). "
+        "per-round ratios to blake3 alone (± half the interquartile range). "
         "Peak = tracemalloc peak above the live memory before the call (Python allocations: "
         "bytes chunks and NumPy arrays).")
     out()
@@ -219,17 +214,16 @@ def section_pixels(cfg: Config, out: H.Report) -> None:
             image = noisy_image(mode, (width, height))
             stream = stream_of(image)
             expected = blake3(stream).hexdigest()
-            keys = {mmobs_key(image), naive.naive_key(image=image),
-                    _none(proposals.proposed_pixel_key, image)}
+            keys = {mmobs_key(image), naive.naive_key(image=image)}
             if keys != {expected}:
                 raise AssertionError(f"{mode} {label}: keys differ: {keys} vs {expected}")
             path = _pixel_path(image)
+            naive_key = lambda image=image: naive.naive_key(image=image)
             cases = {
                 "blake3 alone": blake3_alone(stream),
                 "mmobs": keyer(image),
                 "mmobs + default instr.": keyer(image, default=True),
-                "np.asarray (naive)": lambda image=image: naive.naive_key(image=image),
-                "proposal": lambda image=image: _none(proposals.proposed_pixel_key, image),
+                "np.asarray (naive)": naive_key,
             }
             stats = H.compare(cases, baseline="blake3 alone", rounds=cfg.rounds)
             ratio = stats["mmobs"].ratio
@@ -240,30 +234,24 @@ def section_pixels(cfg: Config, out: H.Report) -> None:
                 H.fmt_ratio(ratio, stats["mmobs"].spread),
                 H.fmt_ratio(stats["mmobs + default instr."].ratio),
                 H.fmt_ratio(stats["np.asarray (naive)"].ratio),
-                H.fmt_ratio(stats["proposal"].ratio),
                 (H.verdict(ratio <= 1.3) if mode == "RGB" else "-"),
             ])
-            peaks = {
-                "mmobs": H.peak_extra_bytes(keyer(image)),
-                "proposal": H.peak_extra_bytes(lambda image=image: _none(proposals.proposed_pixel_key, image)),
-                "naive": H.peak_extra_bytes(lambda image=image: naive.naive_key(image=image)),
-            }
+            peak = H.peak_extra_bytes(keyer(image))
             mem_rows.append([
-                mode, label, H.fmt_bytes(len(stream)),
-                H.fmt_bytes(peaks["mmobs"]), H.fmt_bytes(peaks["proposal"]), H.fmt_bytes(peaks["naive"]),
-                H.verdict(peaks["mmobs"] <= MiB),
+                mode, label, H.fmt_bytes(len(stream)), H.fmt_bytes(peak),
+                H.fmt_bytes(H.peak_extra_bytes(naive_key)), H.verdict(peak <= MiB),
             ])
             del image, stream
     out(H.table(
         ["mode", "size", "stream MiB", "mmobs path", "blake3 alone", "mmobs", "mmobs / blake3",
-         "+ default instr.", "np.asarray / blake3", "proposal / blake3", "target RGB <= 1.3x"],
+         "+ default instr.", "np.asarray / blake3", "target RGB <= 1.3x"],
         rows,
     ))
     out()
     out("Extra peak memory per key (tracemalloc):")
     out()
-    out(H.table(["mode", "size", "stream", "mmobs peak", "proposal peak", "np.asarray peak",
-                 "target <= 1 MiB"], mem_rows))
+    out(H.table(["mode", "size", "stream", "mmobs peak", "np.asarray peak", "target <= 1 MiB"],
+                mem_rows))
     out()
     _chunk_sweep(cfg, out)
 
@@ -278,41 +266,54 @@ def _pixel_path(image: Image.Image) -> str:
         return "?"
 
 
+def with_chunk_bytes(size: int, fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` run with ``mmobs.pixels.STREAM_CHUNK_BYTES`` set to ``size`` (it is read per call)."""
+    def run() -> object:
+        previous = mmobs.pixels.STREAM_CHUNK_BYTES
+        mmobs.pixels.STREAM_CHUNK_BYTES = size
+        try:
+            return fn()
+        finally:
+            mmobs.pixels.STREAM_CHUNK_BYTES = previous
+
+    return run
+
+
+def pack_only(image: Image.Image) -> Callable[[], None]:
+    """Pillow's raw encoder over the whole image, no hashing: what the repack costs alone."""
+    def run() -> None:
+        encoder = Image._getencoder(image.mode, "raw", image.mode)
+        encoder.setimage(image.im, (0, 0, *image.size))
+        try:
+            while not encoder.encode(mmobs.pixels.STREAM_CHUNK_BYTES)[1]:
+                pass
+        finally:
+            encoder.cleanup()
+
+    return run
+
+
 def _chunk_sweep(cfg: Config, out: H.Report) -> None:
     """Where the streamed (RGB, multi-block RGBA) path's time goes, by chunk size."""
-    out("Streamed path by `STREAM_CHUNK_BYTES` (today 96 KiB), ratio to blake3 alone over the same "
-        "stream, with the extra peak per key; `pack only` is Pillow's raw encoder without hashing "
-        "(what the RGB repack costs by itself).")
+    current = mmobs.pixels.STREAM_CHUNK_BYTES
+    sizes = sorted({96 * 1024, current, 512 * 1024})
+    out(f"Streamed path by `STREAM_CHUNK_BYTES` (now {current // 1024} KiB, 96 KiB before), ratio to "
+        "blake3 alone over the same stream, with the extra peak per key; `pack only` is Pillow's raw "
+        "encoder without hashing (what the RGB repack costs by itself).")
     out()
-    sizes = [64 * 1024, 96 * 1024, 128 * 1024, 256 * 1024, 512 * 1024, 1024 * 1024]
     rows = []
     for mode, (label, width, height) in (("RGB", cfg.pixel_sizes[1]), ("RGB", cfg.pixel_sizes[2]),
                                          ("RGBA", cfg.pixel_sizes[2])):
         image = noisy_image(mode, (width, height))
         stream = stream_of(image)
-        cases: dict[str, Callable[[], object]] = {"blake3 alone": blake3_alone(stream)}
-        for size in sizes:
-            cases[f"{size // 1024}K"] = proposals.with_chunk_bytes(size, keyer(image))
-        rawmode = mode
-
-        def pack_only(image: Image.Image = image, rawmode: str = rawmode) -> None:
-            encoder = Image._getencoder(image.mode, "raw", rawmode)
-            encoder.setimage(image.im, (0, 0, *image.size))
-            try:
-                while not encoder.encode(256 * 1024)[1]:
-                    pass
-            finally:
-                encoder.cleanup()
-
-        cases["pack only (256K)"] = pack_only
+        keys = {size: with_chunk_bytes(size, keyer(image)) for size in sizes}
+        cases = {"blake3 alone": blake3_alone(stream), "pack only": pack_only(image),
+                 **{str(size): fn for size, fn in keys.items()}}
         stats = H.compare(cases, baseline="blake3 alone", rounds=cfg.rounds)
-        row = [mode, label]
-        for size in sizes:
-            name = f"{size // 1024}K"
-            peak = H.peak_extra_bytes(proposals.with_chunk_bytes(size, keyer(image)))
-            row.append(f"{stats[name].ratio:.2f}x / {H.fmt_bytes(peak)}")
-        row.append(H.fmt_ratio(stats["pack only (256K)"].ratio))
-        rows.append(row)
+        rows.append([mode, label,
+                     *(f"{stats[str(size)].ratio:.2f}x / {H.fmt_bytes(H.peak_extra_bytes(fn))}"
+                       for size, fn in keys.items()),
+                     H.fmt_ratio(stats["pack only"].ratio)])
         del image, stream
     out(H.table(["mode", "size", *(f"{s // 1024} KiB" for s in sizes), "pack only"], rows))
     out()
@@ -456,12 +457,9 @@ def _fallback_cost(cfg: Config, out: H.Report) -> None:
     out("### 3b. One EXIF-fallback event (counter + JSON log line to a file)")
     out()
     log_dir = tempfile.mkdtemp(prefix="mmobs-bench-log-")
-    current_log = open(os.path.join(log_dir, "current.jsonl"), "w", encoding="utf-8")  # noqa: SIM115
-    proposed_log = open(os.path.join(log_dir, "proposed.jsonl"), "w", encoding="utf-8")  # noqa: SIM115
+    log_file = open(os.path.join(log_dir, "events.jsonl"), "w", encoding="utf-8")  # noqa: SIM115
     try:
-        import structlog
-
-        mmobs.configure_logging("json", stream=current_log)
+        mmobs.configure_logging("json", stream=log_file)
         instr = private_instrumentation(drift=None)
         bad, good = jpeg_with_bad_exif(), plain_jpeg()
         loader = ImageMediaIO()
@@ -482,10 +480,6 @@ def _fallback_cost(cfg: Config, out: H.Report) -> None:
                     return MultiModalHasher.hash_kwargs("blake3", image=media.media if plain else media)
             return run
 
-        proposals.configure_logging_proposed(proposed_log)
-        instr_proposed = private_instrumentation(drift=None, logger=structlog.get_logger("mmobs"))
-        instr_proposed.exif_fallback(event)  # binds its lazy logger to the proposed configuration
-        mmobs.configure_logging("json", stream=current_log)
         rows = []
         for kind, plain in (("MediaWithBytes", False), ("plain image", True)):
             stats = H.compare(
@@ -494,7 +488,6 @@ def _fallback_cost(cfg: Config, out: H.Report) -> None:
                     "bad, on": load_and_key(bad, instr, plain),
                     "good, off": load_and_key(good, None, plain),
                     "good, on": load_and_key(good, instr, plain),
-                    "bad, on (proposal)": load_and_key(bad, instr_proposed, plain),
                 },
                 baseline="bad, off",
                 rounds=cfg.rounds * 2,
@@ -504,9 +497,7 @@ def _fallback_cost(cfg: Config, out: H.Report) -> None:
             share = bad_delta - good_delta
             rows.append([f"load + key a 64x48 JPEG ({kind})", H.fmt_us(stats["bad, off"].median),
                          H.fmt_us(stats["bad, on"].median), H.fmt_us(bad_delta),
-                         H.fmt_us(good_delta), H.fmt_us(share),
-                         H.fmt_us(stats["bad, on (proposal)"].delta - good_delta),
-                         H.verdict(share <= 50e-6)])
+                         H.fmt_us(good_delta), H.fmt_us(share), H.verdict(share <= 50e-6)])
         out("Measured two ways. (1) Load and key the vLLM regression JPEG (broken TIFF header; a "
             "fresh object per call, so the fallback really runs every time, checked), with the "
             "instrumentation vs `observing(None)`; the same for a JPEG without EXIF, so the "
@@ -515,7 +506,7 @@ def _fallback_cost(cfg: Config, out: H.Report) -> None:
             "`mmobs.configure_logging(\"json\", stream=open(file, \"w\"))`.")
         out()
         out(H.table(["(1) end to end", "off us", "on us", "added us", "added us without EXIF",
-                     "fallback's share us", "share with proposal us", "target <= 50 us"], rows))
+                     "fallback's share us", "target <= 50 us"], rows))
         out()
         counter = instr.metrics.fallback_child[(event.kind, "SyntaxError")]
         log = instr.log
@@ -530,7 +521,6 @@ def _fallback_cost(cfg: Config, out: H.Report) -> None:
                 "instr.exif_fallback(event)": lambda: instr.exif_fallback(event),
                 "counter .inc() only": counter.inc,
                 "log line only": log_line,
-                "proposal: pid processor + orjson renderer": lambda: instr_proposed.exif_fallback(event),
             },
             baseline="instr.exif_fallback(event)",
             rounds=cfg.rounds,
@@ -538,22 +528,18 @@ def _fallback_cost(cfg: Config, out: H.Report) -> None:
         out(H.table(
             ["(2) direct call", "us per call", "vs exif_fallback", "target <= 50 us"],
             [[name, H.fmt_us(s.median), H.fmt_ratio(s.ratio),
-              H.verdict(s.median <= 50e-6) if "exif_fallback" in name or "proposal" in name else "-"]
+              H.verdict(s.median <= 50e-6) if "exif_fallback" in name else "-"]
              for name, s in stats.items()],
         ))
         out()
-        out("`proposal`: `proposals.configure_logging_proposed` (the pid from `os.getpid()` in a "
-            "one-line processor instead of `CallsiteParameterAdder([PROCESS])`, which walks the stack "
-            "on every event; `JSONRenderer(serializer=orjson.dumps)` when orjson is installed). (1) "
-            "runs in the middle of real work (decode, hashing), so caches are cold and it costs more "
-            "than the tight loop of (2).")
+        out("(1) runs in the middle of real work (decode, hashing), so caches are cold and it costs "
+            "more than the tight loop of (2).")
         out()
         out(f"(`event.kind` = {event.kind}; the event for a MediaWithBytes also digests the original "
             "bytes for `content_digest`: 64x48 here, so that part is small; it grows with the file.)")
         out()
     finally:
-        current_log.close()
-        proposed_log.close()
+        log_file.close()
         with contextlib.suppress(OSError):
             for name in os.listdir(log_dir):
                 os.unlink(os.path.join(log_dir, name))
@@ -571,66 +557,42 @@ def _paired_delta(a: H.Stats, b: H.Stats) -> float:
 def _drift_cost(cfg: Config, out: H.Report) -> None:
     out("### 3c. Drift tracker at its default sample rate (MediaWithBytes keys)")
     out()
-    rate = DriftTracker().sample_rate
+    tracker = DriftTracker()
+    rate = tracker.sample_rate
+    no_drift = private_instrumentation(drift=None)
+    with_drift = private_instrumentation(drift=tracker)
     rows = []
     for label, target in (("0.5 MB", 512 * 1024), ("4 MB", 4 * MiB)):
         data = noisy_jpeg(target, seed=7)
         image = ImageMediaIO().load_bytes(data).media
-        current, proposed = DriftTracker(), proposals.ProposedDriftTracker()
-        unsampled = MediaWithBytes(image, _content_variant(data, current, sampled=False))
-        sampled = MediaWithBytes(image, _content_variant(data, current, sampled=True))
-        prop_unsampled = MediaWithBytes(image, _content_variant(data, proposed, sampled=False))
-        prop_sampled = MediaWithBytes(image, _content_variant(data, proposed, sampled=True))
-        no_drift = private_instrumentation(drift=None)
-        with_drift = private_instrumentation(drift=current)
-        with_proposed = private_instrumentation(drift=proposed)
+        unsampled = MediaWithBytes(image, _content_variant(data, tracker, sampled=False))
+        sampled = MediaWithBytes(image, _content_variant(data, tracker, sampled=True))
         stats = H.compare(
             {
                 "drift=None": keyer(unsampled, no_drift),
-                "tracker, unsampled": keyer(unsampled, with_drift),
-                "tracker, sampled": keyer(sampled, with_drift),
-                "drift=None (2)": keyer(prop_unsampled, no_drift),
-                "proposed probe, unsampled": keyer(prop_unsampled, with_proposed),
-                "drift=None (3)": keyer(prop_sampled, no_drift),
-                "proposed, sampled": keyer(prop_sampled, with_proposed),
+                "unsampled": keyer(unsampled, with_drift),
+                "drift=None, sampled content": keyer(sampled, no_drift),
+                "sampled": keyer(sampled, with_drift),
+                "probe alone": lambda media=unsampled: tracker.samples(media),
             },
             baseline="drift=None",
             rounds=cfg.rounds,
         )
         base = stats["drift=None"].median
-        un, sa = stats["tracker, unsampled"].delta, stats["tracker, sampled"].delta
+        un = stats["unsampled"].delta
+        sa = _paired_delta(stats["sampled"], stats["drift=None, sampled content"])
         expected = (1 - rate) * un + rate * sa
-        prop_un = _paired_delta(stats["proposed probe, unsampled"], stats["drift=None (2)"])
-        prop_sa = _paired_delta(stats["proposed, sampled"], stats["drift=None (3)"])
-        prop_expected = (1 - rate) * prop_un + rate * prop_sa
-        rows.append([
-            label, H.fmt_time(base), H.fmt_us(un), H.fmt_us(sa),
-            f"{H.fmt_us(expected)} ({expected / base:+.1%})",
-            H.fmt_us(prop_un), H.fmt_us(prop_sa),
-            f"{H.fmt_us(prop_expected)} ({prop_expected / base:+.1%})",
-        ])
+        rows.append([label, H.fmt_time(base), H.fmt_us(stats["probe alone"].median), H.fmt_us(un),
+                     H.fmt_us(sa), f"{H.fmt_us(expected)} ({expected / base:+.1%})"])
     out(f"`Instrumentation(drift=DriftTracker())` vs `drift=None`, on a content the tracker skips "
-        f"(the probe: blake3 of the length and the first and last 4 KiB) and on one it samples "
-        f"(the item's digest is teed off the stream and the whole content digested once more). "
-        f"Expected = (1 - {rate}) x unsampled + {rate} x sampled. `proposed`: "
-        "`proposals.ProposedDriftTracker` (the probe hashes the two edges first and the length "
-        "last; a sampled item is identified by the digest of its original-bytes item, which the "
-        "tee already computed, instead of a second full pass).")
+        f"(it pays the probe: blake3 of the first and last 4 KiB and the length) and on one it samples "
+        f"(the item's digest is teed off the key stream; keyed by its original bytes, that digest "
+        f"identifies the content, so no second pass). Expected = (1 - {rate}) x unsampled + "
+        f"{rate} x sampled. The unsampled cost is smaller than the noise of a whole key, hence the "
+        "probe (`tracker.samples(media)`) timed alone.")
     out()
-    out(H.table(["JPEG", "key (drift=None)", "added us, unsampled", "added us, sampled",
-                 f"expected at rate {rate}", "proposed, unsampled", "proposed, sampled",
-                 "proposed, expected"], rows))
-    out()
-    media = MediaWithBytes(None, noisy_jpeg(512 * 1024, seed=7))
-    current, proposed = DriftTracker(), proposals.ProposedDriftTracker()
-    probe = H.compare({"current probe": lambda: current.samples(media),
-                       "proposed probe": lambda: proposed.samples(media)},
-                      baseline="current probe", rounds=cfg.rounds)
-    out("The unsampled cost is the probe alone, smaller than the noise of a whole key; timed by "
-        "itself (`tracker.samples(media)`, any size: it reads 8 KiB):")
-    out()
-    out(H.table(["probe", "us per key", "vs current"],
-                [[name, H.fmt_us(s.median), H.fmt_ratio(s.ratio)] for name, s in probe.items()]))
+    out(H.table(["JPEG", "key (drift=None)", "probe alone us", "added us, unsampled",
+                 "added us, sampled", f"expected at rate {rate}"], rows))
     out()
 
 
@@ -656,7 +618,6 @@ def _middleware_breakdown(cfg: Config, out: H.Report, apps: Any) -> None:
 
     app = apps.bare()
     middleware = MMObsMiddleware(app)
-    leaner = proposals.LeanerMMObsMiddleware(app)
     scope = {**_asgi_scope(), "app": app}
     middleware.resolve_route(scope)
     response_headers = [(b"content-length", b"4"), (b"content-type", b"text/plain; charset=utf-8")]
@@ -683,16 +644,15 @@ def _middleware_breakdown(cfg: Config, out: H.Report, apps: Any) -> None:
         current_request.reset(token)
 
     cases = {
-        "request id: uuid.uuid4().hex (today)": lambda: middleware._request_id(scope),
-        "request id: os.urandom(16).hex() (proposal)": lambda: leaner._request_id(scope),
+        "request id (fresh: os.urandom(16).hex())": lambda: middleware._request_id(scope),
         "route template (cached)": lambda: middleware.resolve_route(scope),
         "RequestStats + contextvars + structlog bind/reset": contexts,
-        "response header via MutableHeaders (today)": mutable_headers,
-        "response header on the raw list (alternative)": raw_headers,
-        "_record (today)": lambda: middleware._record("/ping", "GET", 200, 0.001, stats_obj),
-        "_record, duration child cached (proposal)": lambda: leaner._record("/ping", "GET", 200, 0.001, stats_obj),
+        "response header via MutableHeaders": mutable_headers,
+        "_record (counter and histogram children cached)":
+            lambda: middleware._record("/ping", "GET", 200, 0.001, stats_obj),
+        "(not in mmobs) response header on the raw list": raw_headers,
     }
-    stats = H.compare(cases, baseline="_record (today)", rounds=cfg.rounds)
+    stats = H.compare(cases, baseline="route template (cached)", rounds=cfg.rounds)
     out("Where MMObsMiddleware's per-request time goes: its pieces timed alone, hot (so they add up "
         "to less than the added time above, which also pays for the wrapped `send` and a colder "
         "cache):")
@@ -730,7 +690,6 @@ def section_middleware(cfg: Config, out: H.Report) -> None:
             await app(dict(scope), receive, send)
 
     built = {name: factory() for name, factory in factories.items()}
-    built["mmobs (proposal)"] = apps.mmobs_proposed()
     for app in built.values():
         loop.run_until_complete(requests(app, 5))
     if set(statuses) != {200}:
@@ -744,16 +703,14 @@ def section_middleware(cfg: Config, out: H.Report) -> None:
     rows = []
     for name, s in stats.items():
         added = s.delta / batch
-        target = H.verdict(added <= 15e-6) if name.startswith("mmobs") else "-"
+        target = H.verdict(added <= 15e-6) if name == "mmobs" else "-"
         rows.append([name, H.fmt_us(s.median / batch), H.fmt_us(added) if name != "bare" else "-",
                      H.fmt_ratio(s.ratio), target])
     out("### 4a. In-process, at the ASGI level")
     out()
     out(f"The app called directly (`await app(scope, receive, send)`, a minimal GET scope, {batch} "
         "requests per sample, one event loop), Starlette with one `GET /ping` route (`apps.py`), bare "
-        "vs wrapped. Added = median per-round difference to the bare app. `mmobs (proposal)`: "
-        "`proposals.LeanerMMObsMiddleware` (the duration histogram's child cached like the "
-        "counter's; a fresh request id from `os.urandom(16).hex()` instead of `uuid4().hex`).")
+        "vs wrapped. Added = median per-round difference to the bare app.")
     out()
     out(H.table(["app", "us per request", "added us", "vs bare", "target mmobs <= 15 us"], rows))
     out()
@@ -768,10 +725,7 @@ def section_middleware(cfg: Config, out: H.Report) -> None:
     connections = 16
     specs = [(name, S.uvicorn_argv(f"apps:{factory.__name__}", app_dir=str(HERE)), "/ping")
              for name, factory in factories.items()]
-    specs.append(("mmobs (proposal)", S.uvicorn_argv("apps:mmobs_proposed", app_dir=str(HERE)), "/ping"))
     results: dict[str, list[S.WrkResult]] = {spec[0]: [] for spec in specs}
-    import random
-
     rng = random.Random(4)
     with S.servers(specs) as running:
         for server in running.values():  # warm-up
@@ -788,7 +742,7 @@ def section_middleware(cfg: Config, out: H.Report) -> None:
         ratios = [r.requests_per_second / b.requests_per_second for r, b in zip(runs, bare)]
         ratio = statistics.median(ratios)
         bad = sum(r.non_2xx + r.errors for r in runs)
-        if name.startswith("mmobs"):
+        if name == "mmobs":
             target = H.verdict(ratio >= 0.95)
         elif name == "starlette_exporter" and "mmobs" in results:
             mm = statistics.median(
@@ -842,81 +796,79 @@ def _service_throughput(cfg: Config, out: H.Report, body: bytes, expected: str) 
         out("wrk is not installed (`apt-get install -y wrk`): skipped.")
         out()
         return
-    import random
-    import urllib.request
-
-    tmp = tempfile.mkdtemp(prefix="mmobs-bench-svc-")
-    body_path = os.path.join(tmp, "body.json")
-    Path(body_path).write_bytes(body)
-    script = S.post_script(body_path, tmp)
     connections = 4
     cli = [sys.executable, "-m", "mmobs.cli", "serve", "--host", S.HOST, "--port", "{port}"]
-    blocks = {"PILLOW_BLOCKS_MAX": "8"}
     specs = [("--workers 1", [*cli, "--workers", "1"], "/healthz", {}),
              ("--workers 2", [*cli, "--workers", "2"], "/healthz", {}),
-             ("--workers 1, PILLOW_BLOCKS_MAX=8", [*cli, "--workers", "1"], "/healthz", blocks),
-             ("--workers 1, all proposals", [*S.uvicorn_argv("service_variants:proposed", app_dir=str(HERE),
-                                                           log_level="info"),
-                                             "--limit-concurrency", "1024"], "/healthz", blocks)]
-    results: dict[str, list[S.WrkResult]] = {spec[0]: [] for spec in specs}
-    cores: dict[str, list[float]] = {spec[0]: [] for spec in specs}
-    busy: dict[str, list[int]] = {spec[0]: [] for spec in specs}
-    rng = random.Random(5)
-    try:
+             ("--workers 1, block cache off", [*cli, "--workers", "1"], "/healthz",
+              {"PILLOW_BLOCKS_MAX": "0"})]
+    with tempfile.TemporaryDirectory(prefix="mmobs-bench-svc-") as tmp:
+        body_path = os.path.join(tmp, "body.json")
+        Path(body_path).write_bytes(body)
+        script = S.post_script(body_path, tmp)
         with S.servers(specs) as running:
             for server in running.values():
-                request = urllib.request.Request(server.url + "/v1/hash", data=body,
-                                                 headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(request, timeout=30) as response:
-                    answer = json.load(response)
-                if answer["items"][0]["mm_hash"] != expected:
-                    raise AssertionError(f"{server.name}: the service's key differs from mmobs's")
+                _check_service(server, body, expected)
                 S.wrk(server.url + "/v1/hash", duration=1, connections=connections, script=script)
-            for _ in range(cfg.service_rounds):
-                order = list(running)
-                rng.shuffle(order)
-                for name in order:
-                    before = S.cpu_seconds(running[name])
-                    started = time.monotonic()
-                    results[name].append(S.wrk(running[name].url + "/v1/hash", script=script,
-                                               duration=cfg.service_seconds, connections=connections))
-                    after = S.cpu_seconds(running[name])
-                    elapsed = time.monotonic() - started
-                    per_process = [(after[pid] - before.get(pid, 0.0)) / elapsed for pid in after]
-                    cores[name].append(sum(per_process))
-                    busy[name].append(sum(1 for c in per_process if c > 0.1))
-    finally:
-        for name in os.listdir(tmp):
-            os.unlink(os.path.join(tmp, name))
-        os.rmdir(tmp)
+            runs = _service_rounds(cfg, running, script, connections)
+    one = runs["--workers 1"]
     rows = []
-    one = results["--workers 1"]
-    for name, runs in results.items():
-        ratio = statistics.median(r.requests_per_second / b.requests_per_second for r, b in zip(runs, one))
+    for name, samples in runs.items():
         rows.append([
-            name, f"{statistics.median(r.requests_per_second for r in runs):.1f}",
-            f"{ratio:.2f}x", H.fmt_time(statistics.median(r.latency_p50 for r in runs)),
-            H.fmt_time(statistics.median(r.latency_p99 for r in runs)),
-            f"{statistics.median(cores[name]):.2f}", ", ".join(str(b) for b in busy[name]),
-            str(sum(r.non_2xx + r.errors for r in runs)),
+            name, f"{statistics.median(r.requests_per_second for r, _, _ in samples):.1f}",
+            f"{statistics.median(r.requests_per_second / b.requests_per_second for (r, _, _), (b, _, _) in zip(samples, one)):.2f}x",
+            H.fmt_time(statistics.median(r.latency_p50 for r, _, _ in samples)),
+            H.fmt_time(statistics.median(r.latency_p99 for r, _, _ in samples)),
+            f"{statistics.median(c for _, c, _ in samples):.2f}",
+            H.fmt_time(statistics.median(c / r.requests_per_second for r, c, _ in samples)),
+            ", ".join(str(b) for _, _, b in samples),
+            str(sum(r.non_2xx + r.errors for r, _, _ in samples)),
         ])
     out(f"`mmobs serve --workers N` on 127.0.0.1; `wrk -t1 -c{connections} -d{round(cfg.service_seconds)}s "
         f"-s post.lua`, {cfg.service_rounds} interleaved rounds; one image per request, so images/s = "
-        "requests/s. Each server's answer was checked against the in-process key first. "
-        "`PILLOW_BLOCKS_MAX=8`: the same `mmobs serve` with Pillow's block cache on (an environment "
-        "variable Pillow reads at import; no code change). `all proposals`: the service app "
-        "(`service_variants.py`: `create_app()` with pybase64 and orjson patched in, uvicorn with the "
-        "same options) plus `PILLOW_BLOCKS_MAX=8`.")
+        "requests/s. Each server's answer was checked against the in-process key first. `mmobs serve` "
+        "turns Pillow's block cache on (`set_blocks_max(8)`) unless `PILLOW_BLOCKS_MAX` is set; "
+        "`block cache off` sets it to 0, as before that change.")
     out()
     out(H.table(["server", "images/s", "vs 1 worker", "p50 latency", "p99 latency",
-                 "server CPU (cores)", "processes working, per round", "errors/non-2xx"], rows))
+                 "server CPU (cores)", "CPU per image", "processes working, per round",
+                 "errors/non-2xx"], rows))
     out()
     out("`server CPU`: CPU seconds all the server's processes used per second of load (psutil, "
-        "median over rounds); `processes working`: how many of them used more than 0.1 core, in "
-        "each round. wrk opens its connections at once and keeps them alive; uvicorn's workers "
-        "share one listening socket and the first to wake usually accepts them all, so most rounds "
-        "one worker serves everything while the other idles.")
+        "median over rounds); `CPU per image`: that divided by images/s; `processes working`: how "
+        "many of them used more than 0.1 core, in each round. wrk opens its connections at once and "
+        "keeps them alive; uvicorn's workers share one listening socket and the first to wake "
+        "usually accepts them all, so most rounds one worker serves everything while the other idles.")
     out()
+
+
+def _check_service(server: S.Server, body: bytes, expected: str) -> None:
+    request = urllib.request.Request(server.url + "/v1/hash", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer = json.load(response)
+    if answer["items"][0]["mm_hash"] != expected:
+        raise AssertionError(f"{server.name}: the service's key differs from mmobs's")
+
+
+def _service_rounds(cfg: Config, running: dict[str, S.Server], script: str,
+                    connections: int) -> dict[str, list[tuple[S.WrkResult, float, int]]]:
+    """Per server and round: the wrk result, the cores it used, how many processes worked."""
+    runs: dict[str, list[tuple[S.WrkResult, float, int]]] = {name: [] for name in running}
+    rng = random.Random(5)
+    for _ in range(cfg.service_rounds):
+        order = list(running)
+        rng.shuffle(order)
+        for name in order:
+            before = S.cpu_seconds(running[name])
+            started = time.monotonic()
+            result = S.wrk(running[name].url + "/v1/hash", script=script,
+                           duration=cfg.service_seconds, connections=connections)
+            after = S.cpu_seconds(running[name])
+            elapsed = time.monotonic() - started
+            per_process = [(after[pid] - before.get(pid, 0.0)) / elapsed for pid in after]
+            runs[name].append((result, sum(per_process), sum(1 for c in per_process if c > 0.1)))
+    return runs
 
 
 _CATEGORIES = (
@@ -959,37 +911,40 @@ def _short(key: tuple[str, int, str]) -> str:
     return f"{'/'.join(parts[-2:])}:{line}({func})"
 
 
-def _service_profile(cfg: Config, out: H.Report, body: bytes, data: bytes) -> None:
+@contextlib.contextmanager
+def _inline_service(body: bytes) -> Any:
+    """One ``POST /v1/hash`` through ``create_app()`` in-process, its thread-pool work run inline."""
     import mmobs.service as service_module
     from mmobs.service import ServiceConfig, create_app
 
-    out("### 5b. Where a request's time goes (in-process)")
-    out()
-
     async def inline(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return func(*args, **kwargs)
-
-    app = create_app(ServiceConfig())
-    scope = {**_asgi_scope("/v1/hash"), "method": "POST",
-             "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
-                         (b"content-length", str(len(body)).encode())]}
-    statuses: list[int] = []
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": body, "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            statuses.append(message["status"])
+        if message["type"] == "http.response.start" and message["status"] != 200:
+            raise AssertionError(f"unexpected status {message['status']}")
 
+    app = create_app(ServiceConfig())
+    scope = {**_asgi_scope("/v1/hash"), "method": "POST",
+             "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
+                         (b"content-length", str(len(body)).encode())]}
     loop = asyncio.new_event_loop()
-
-    def request() -> None:
-        loop.run_until_complete(app(dict(scope), receive, send))
-
     original = service_module.run_in_threadpool
-    service_module.run_in_threadpool = inline  # the profiler sees one thread only
+    service_module.run_in_threadpool = inline  # so one profiler sees it all
     try:
+        yield lambda: loop.run_until_complete(app(dict(scope), receive, send))
+    finally:
+        service_module.run_in_threadpool = original
+        loop.close()
+
+
+def _service_profile(cfg: Config, out: H.Report, body: bytes, data: bytes) -> None:
+    out("### 5b. Where a request's time goes (in-process)")
+    out()
+    with _inline_service(body) as request:
         for _ in range(3):
             request()
         profiler = cProfile.Profile()
@@ -999,28 +954,7 @@ def _service_profile(cfg: Config, out: H.Report, body: bytes, data: bytes) -> No
             request()
         profiler.disable()
         profiled = (time.perf_counter() - started) / cfg.profile_requests
-        default_blocks = Image.core.get_blocks_max()
-
-        def blocks_on() -> None:
-            Image.core.set_blocks_max(8)
-            request()  # fill the cache: the timed calls are the steady state
-
-        try:
-            whole = H.compare(
-                {"request": request, "request, block cache": request},
-                baseline="request",
-                rounds=cfg.rounds,
-                setups={"request": lambda: Image.core.set_blocks_max(default_blocks),
-                        "request, block cache": blocks_on},
-            )
-        finally:
-            Image.core.set_blocks_max(default_blocks)
-        wall = whole["request"].median
-    finally:
-        service_module.run_in_threadpool = original
-        loop.close()
-    if set(statuses) != {200}:
-        raise AssertionError(f"unexpected statuses {set(statuses)}")
+        wall = H.compare({"request": request}, baseline="request", rounds=cfg.rounds)["request"].median
     profile_stats = pstats.Stats(profiler)
     totals = _categorize(profile_stats)
     top = sorted(profile_stats.stats.items(), key=lambda kv: -kv[1][2])[:10]  # type: ignore[attr-defined]
@@ -1043,74 +977,36 @@ def _service_profile(cfg: Config, out: H.Report, body: bytes, data: bytes) -> No
         for key, value in top
     ]))
     out()
-    blocks = whole["request, block cache"]
-    if blocks.ratio < 0.95:
-        why = ("Without the cache every new pixel buffer is fresh memory from the kernel, faulted in "
-               "page by page; with it, freed blocks are reused.")
-    else:
-        why = ("No saving here: earlier sections of this run freed larger buffers, which raised "
-               "glibc's adaptive mmap threshold, so freed pixel memory is already kept and there are "
-               "no page faults to save (run `--only service` to see the saving in a fresh process); "
-               "the server in 5a is where it shows.")
-    out(f"The same in-process request with Pillow's block cache on (`set_blocks_max(8)`): "
-        f"{H.fmt_time(blocks.median)} vs {H.fmt_time(wall)} ({H.fmt_ratio(blocks.ratio, blocks.spread)}, "
-        f"a difference of {H.fmt_us(blocks.delta)} us). {why}")
-    out()
     _stage_timings(cfg, out, body, data, wall)
 
 
 def _stage_timings(cfg: Config, out: H.Report, body: bytes, data: bytes, request_time: float) -> None:
-    from mmobs.image_io import _decode_base64
+    from mmobs.image_io import _decode_base64, b64decode
 
-    document = json.loads(body)
-    url = document["images"][0]
-    payload = url.split(",", 1)[1]
+    payload = json.loads(body)["images"][0].split(",", 1)[1]
     loaded = Image.open(io.BytesIO(data))
     loaded.load()
     media = ImageMediaIO().load_bytes(data)
-    instr = private_instrumentation()
     cases: dict[str, Callable[[], object]] = {
         "json.loads(body)": lambda: json.loads(body),
-        "base64 (mmobs: binascii, validate=True)": lambda: _decode_base64(payload, 64 * MiB),
+        f"base64 (mmobs: {b64decode.__module__.split('.')[0]}, validate=True)": lambda: _decode_base64(payload, 64 * MiB),
         "JPEG decode (Image.open + load)": lambda: Image.open(io.BytesIO(data)).load(),
         "ImageOps.exif_transpose copy (no orientation)": lambda: ImageOps.exif_transpose(loaded),
         "ImageMediaIO().load_bytes (all of the above but JSON/base64)": lambda: ImageMediaIO().load_bytes(data),
-        "key: hash_kwargs (instrumented)": keyer(media, instr),
+        "key: hash_kwargs (instrumented)": keyer(media, private_instrumentation()),
+        "(without the serve extra) stdlib base64.b64decode": lambda: base64.b64decode(payload, validate=True),
     }
-    extras = []
-    try:
+    with contextlib.suppress(ImportError):
         import orjson
 
-        cases["orjson.loads(body)"] = lambda: orjson.loads(body)
-        extras.append(("orjson.loads(body)", "json.loads(body)"))
-    except ImportError:
-        pass
-    try:
-        import pybase64
-
-        cases["pybase64.b64decode(validate=True)"] = lambda: pybase64.b64decode(payload, validate=True)
-        extras.append(("pybase64.b64decode(validate=True)", "base64 (mmobs: binascii, validate=True)"))
-    except ImportError:
-        pass
+        cases["(not adopted) orjson.loads(body)"] = lambda: orjson.loads(body)
     stats = H.compare(cases, baseline="json.loads(body)", rounds=cfg.rounds)
-    rows = [[name, H.fmt_time(s.median), f"{s.median / request_time:.1%}"] for name, s in stats.items()]
     out(f"Stages timed side by side (not profiled), as a share of one whole request in-process "
-        f"({H.fmt_time(request_time)}):")
+        f"({H.fmt_time(request_time)}); the last rows are what mmobs does not use:")
     out()
-    out(H.table(["stage", "time", "share of a request"], rows))
+    out(H.table(["stage", "time", "share of a request"],
+                [[name, H.fmt_time(st.median), f"{st.median / request_time:.1%}"] for name, st in stats.items()]))
     out()
-    if extras:
-        gain_rows = []
-        for new, old in extras:
-            saved = statistics.median(
-                o - n for o, n in zip(stats[old].samples, stats[new].samples)
-            )
-            gain_rows.append([f"{new} instead of {old}", H.fmt_time(saved),
-                              f"{saved / request_time:.1%}"])
-        out("What each proposal would save per request (median per-round difference):")
-        out()
-        out(H.table(["change", "saved per request", "share of a request"], gain_rows))
-        out()
 
 
 # -- main --------------------------------------------------------------------------

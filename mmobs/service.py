@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope
@@ -127,6 +127,9 @@ class HashService:
             job = await self._parse(request)
         except RequestError as error:
             return _error_response(error)
+        except ClientDisconnect:
+            # Nobody is left to answer; a client fault, never a server error.
+            return _error_response(RequestError(400, "client_disconnected", "the client left before sending the whole body"))
         items = await run_in_threadpool(self._hash_all, job)
         return JSONResponse({"algorithm": job.algorithm, "items": items})
 
@@ -213,8 +216,8 @@ class HashService:
             io_options["image_mode"] = options["image_mode"]
         if "rgba_background_color" in options:
             color = options["rgba_background_color"]
-            if query and isinstance(color, str):
-                color = [int(c) if c.strip().isdigit() else c for c in color.split(",")]
+            if query and isinstance(color, str):  # "r,g,b" from a query string or form field
+                color = [int(c) if c.strip().isascii() and c.strip().isdigit() else c for c in color.split(",")]
             io_options["rgba_background_color"] = color
         try:
             io = ImageMediaIO(
