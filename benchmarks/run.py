@@ -892,7 +892,7 @@ _CATEGORIES = (
 def _categorize(stats: pstats.Stats) -> dict[str, float]:
     totals: dict[str, float] = {name: 0.0 for name, _ in _CATEGORIES}
     totals["other"] = 0.0
-    for (filename, line, func), (_, _, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+    for (filename, _line, func), (_, _, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
         where = f"{filename}({func}".lower().replace("\\", "/")
         for name, needles in _CATEGORIES:
             if any(n in where for n in needles):

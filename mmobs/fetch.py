@@ -72,7 +72,7 @@ class RemoteFetcher:
             if response.status != 200:
                 raise BadImageError("fetch_failed", f"the server answered HTTP {response.status}")
             declared = response.getheader("content-length")
-            if declared and declared.isdigit() and int(declared) > self.max_bytes:
+            if declared and declared.isascii() and declared.isdigit() and int(declared) > self.max_bytes:
                 raise BadImageError("too_large", f"the remote image is {declared} bytes, above the limit of {self.max_bytes}")
             chunks, size = [], 0
             while True:

@@ -29,7 +29,7 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Message, Receive, Scope
+from starlette.types import Message, Receive
 
 from ._version import __version__
 from .errors import BadImageError
@@ -43,7 +43,7 @@ from .image_io import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_PIXELS,
     ImageMediaIO,
-    parse_data_url,
+    load_data_url,
     report_bad_image,
 )
 from .media import MediaWithBytes
@@ -142,7 +142,7 @@ class HashService:
 
     async def _parse(self, request: Request) -> _HashJob:
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.config.max_body_bytes:
+        if declared.isascii() and declared.isdigit() and int(declared) > self.config.max_body_bytes:
             raise _BodyTooLarge(self.config.max_body_bytes)
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type in ("application/json", ""):
@@ -255,7 +255,8 @@ class HashService:
         try:
             media = self._load(job.io, source)
         except BadImageError as error:
-            raise error.with_param(param)
+            error.with_param(param)
+            raise
         recorder = RecordingObserver(get_observer())
         with observing(recorder):
             key = MultiModalHasher.hash_kwargs(job.algorithm, image=media, **job.extras)
@@ -277,13 +278,10 @@ class HashService:
             try:
                 data = self.fetcher.fetch(source)
             except BadImageError as error:
-                raise report_bad_image(error)
+                report_bad_image(error)
+                raise
             return io.load_bytes(data)
-        try:
-            media_type, payload = parse_data_url(source)
-        except BadImageError as error:
-            raise report_bad_image(error)
-        return io.load_base64(media_type, payload)
+        return load_data_url(source, io)
 
 
 # -- request helpers ------------------------------------------------------------

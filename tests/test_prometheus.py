@@ -110,7 +110,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServicePro
         bad_jpeg = golden.input_bytes("bad-exif-header.jpg")
         good = [golden.input_bytes(name) for name in ("photo.jpg", "rgb.png", "palette.png")]
         with httpx.Client(base_url=service.url, timeout=30) as client:
-            for i in range(FALLBACK_IMAGES):
+            for _ in range(FALLBACK_IMAGES):
                 assert client.post("/v1/hash", json={"images": [data_url(bad_jpeg)]}).json()["items"][0]["exif_fallback"]
             for i in range(GOOD_IMAGES):
                 item = client.post("/v1/hash", json={"images": [data_url(good[i % 3])]}).json()["items"][0]
