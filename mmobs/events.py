@@ -108,6 +108,7 @@ class RecordingObserver(HashObserver):
         self.fallbacks: list[ExifFallback] = []
         self.transpose_failures: list[TransposeFailure] = []
         self.keyed: list[MediaKeyed] = []
+        self.hashed_calls: list[tuple[str, float, int]] = []
         self.bad_images: list[BadImageError] = []
 
     def exif_fallback(self, event: ExifFallback) -> None:
@@ -126,6 +127,7 @@ class RecordingObserver(HashObserver):
         self.inner.media_keyed(event)
 
     def hashed(self, algorithm: str, seconds: float, nbytes: int) -> None:
+        self.hashed_calls.append((algorithm, seconds, nbytes))
         self.inner.hashed(algorithm, seconds, nbytes)
 
     def bad_image(self, error: BadImageError) -> None:

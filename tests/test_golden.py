@@ -42,8 +42,8 @@ def test_golden_key(case_id: str, record: Any) -> None:
     with record() as rec:
         key = MultiModalHasher.hash_kwargs(case["algorithm"], **kwargs)
     assert key == case["expected"]
-    assert len(rec.exif_fallbacks) == case["exif_fallbacks"], [
-        (type(e.error).__name__, str(e.error)) for e in rec.exif_fallbacks
+    assert len(rec.fallbacks) == case["exif_fallbacks"], [
+        (type(e.error).__name__, str(e.error)) for e in rec.fallbacks
     ]
     assert len(rec.hashed_calls) == 1
     assert rec.hashed_calls[0][0] == case["algorithm"]

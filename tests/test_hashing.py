@@ -490,7 +490,7 @@ def test_pixel_fast_path_matches_reference(mode: str, size: tuple[int, int], rec
         key = hash_kwargs("blake3", image=image)
     assert key == ref_pixel_key("image", image)
     assert [(e.kind, e.key_source) for e in rec.keyed] == [("image", "pixels")]
-    assert rec.exif_fallbacks == []
+    assert rec.fallbacks == []
 
 
 @pytest.mark.parametrize(
@@ -628,7 +628,7 @@ def test_uuid_image_id_keys_by_uuid_only(record: Any) -> None:
     assert key == golden.case("pil-uuid-imageid")["expected"]
     assert key == stream_key(FR(b"image") + b"\x03" + FR(image_id.bytes))
     assert [(e.kind, e.key_source) for e in rec.keyed] == [("image", "image_id")]
-    assert rec.exif_fallbacks == []
+    assert rec.fallbacks == []
 
 
 def test_uuid_image_id_inside_media_with_bytes(record: Any) -> None:
@@ -651,7 +651,7 @@ def test_string_image_id_keys_by_pixels(record: Any) -> None:
         key = hash_kwargs("blake3", image=fresh)
     assert key == ref_pixel_key("image", image)
     assert [(e.kind, e.key_source) for e in rec.keyed] == [("image", "pixels")]
-    assert rec.exif_fallbacks == []
+    assert rec.fallbacks == []
 
     plain = noisy_image("RGB", (4, 4))
     tagged = _with_image_id(noisy_image("RGB", (4, 4)), str(_golden_uuid()))
@@ -734,7 +734,7 @@ def test_regression_image_falls_back_to_pixels(regression_jpeg: bytes, record: A
     media = ImageMediaIO().load_bytes(regression_jpeg).media
     with record() as rec:
         key = hash_kwargs("blake3", image=media)
-    (event,) = rec.exif_fallbacks
+    (event,) = rec.fallbacks
     assert type(event.error) is SyntaxError
     assert (event.kind, event.key_source) == ("image", "pixels")
     assert event.image is media
@@ -751,7 +751,7 @@ def test_regression_media_falls_back_to_original_bytes(regression_jpeg: bytes, r
     assert media.io_config is None  # a JPEG is RGB already: no conversion
     with record() as rec:
         key = hash_kwargs("blake3", image=media)
-    (event,) = rec.exif_fallbacks
+    (event,) = rec.fallbacks
     assert type(event.error) is SyntaxError
     assert (event.kind, event.key_source) == ("media_with_bytes", "original_bytes")
     assert event.image is media.media
@@ -761,7 +761,7 @@ def test_regression_media_falls_back_to_original_bytes(regression_jpeg: bytes, r
     clean = MediaWithBytes(Image.new("RGB", (1, 1)), regression_jpeg, None)
     with record() as clean_rec:
         assert key == hash_kwargs("blake3", image=clean)
-    assert clean_rec.exif_fallbacks == []
+    assert clean_rec.fallbacks == []
     assert key == stream_key(FR(b"image") + b"\x03" + FR(b"image") + b"\x03" + FR(regression_jpeg))
 
 
@@ -772,7 +772,7 @@ def test_converted_regression_image_still_falls_back(record: Any) -> None:
     assert media.io_config == {"image_mode": "L", "rgba_background_color": (255, 255, 255)}
     with record() as rec:
         hash_kwargs("blake3", image=media.media)
-    assert [type(e.error) for e in rec.exif_fallbacks] == [SyntaxError]
+    assert [type(e.error) for e in rec.fallbacks] == [SyntaxError]
 
 
 def test_short_tiff_header_falls_back_with_struct_error(record: Any) -> None:
@@ -781,7 +781,7 @@ def test_short_tiff_header_falls_back_with_struct_error(record: Any) -> None:
     with record() as rec:
         image_key = hash_kwargs("blake3", image=ImageMediaIO().load_bytes(data).media)
         media_key = hash_kwargs("blake3", image=ImageMediaIO().load_bytes(data))
-    assert [(type(e.error), e.kind, e.key_source) for e in rec.exif_fallbacks] == [
+    assert [(type(e.error), e.kind, e.key_source) for e in rec.fallbacks] == [
         (struct.error, "image", "pixels"),
         (struct.error, "media_with_bytes", "original_bytes"),
     ]
