@@ -24,7 +24,7 @@ from ._version import __version__
 from .errors import BadImageError
 from .events import RecordingObserver, get_observer, observing
 from .hashing import ALGORITHMS, IMAGE_ID_TAG, MultiModalHasher
-from .image_io import ImageMediaIO
+from .image_io import DEFAULT_FORMATS, ImageMediaIO
 from .logs import configure_logging, safe_text
 
 _ORIENTATION_TAG = 0x0112
@@ -236,6 +236,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_images=args.max_images,
         max_pixels=args.max_pixels,
         max_image_bytes=args.max_image_bytes,
+        image_formats=args.image_formats,
         fetch_allow_private=args.fetch_allow_private,
         metrics_path=None if args.no_metrics or args.metrics_port else args.metrics_path,
         metrics_token=args.metrics_token or os.environ.get("MMOBS_METRICS_TOKEN") or None,
@@ -309,6 +310,15 @@ def _positive(text: str) -> int:
     return value
 
 
+def _formats(text: str) -> tuple[str, ...] | None:
+    if text.strip().lower() == "any":
+        return None
+    try:
+        return ImageMediaIO(formats=[f.strip() for f in text.split(",") if f.strip()]).formats
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mmobs", description="vLLM-compatible multimodal cache keys, with observability."
@@ -342,6 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-images", type=_positive, default=64)
     serve.add_argument("--max-pixels", type=_positive, default=50_000_000)
     serve.add_argument("--max-image-bytes", type=_positive, default=32 * 1024 * 1024)
+    serve.add_argument("--image-formats", type=_formats, default=DEFAULT_FORMATS, metavar="FMT,FMT|any",
+                       help=f"Pillow formats to open (default {','.join(DEFAULT_FORMATS)}; 'any' for all)")
     serve.add_argument("--metrics-path", default="/metrics")
     serve.add_argument("--no-metrics", action="store_true", help="do not serve metrics")
     serve.add_argument("--metrics-port", type=_positive, default=None,

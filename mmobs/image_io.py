@@ -45,6 +45,12 @@ __all__ = [
 DEFAULT_MAX_PIXELS = 50_000_000
 #: 32 MiB of encoded bytes per image.
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+#: Formats the loader opens by default: what clients send to vision models.
+#: Pillow knows dozens more; some run external programs (EPS calls
+#: Ghostscript) or have rarely exercised decoders, so client input does not
+#: reach them unless a caller opts in (``formats=None`` allows every one).
+#: (JPEG covers MPO; AVIF is used where this Pillow has the plugin.)
+DEFAULT_FORMATS: tuple[str, ...] = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF", "AVIF")
 
 _ALL_MODES: frozenset[str] = frozenset(getattr(Image, "MODES", ())) or frozenset(
     ("1", "CMYK", "F", "HSV", "I", "I;16", "I;16B", "I;16L", "I;16N", "L", "LA", "La",
@@ -107,6 +113,7 @@ class ImageMediaIO:
         *,
         max_pixels: int = DEFAULT_MAX_PIXELS,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        formats: Sequence[str] | None = DEFAULT_FORMATS,
     ) -> None:
         if image_mode is not None and image_mode not in _ALL_MODES:
             raise ValueError(
@@ -119,12 +126,13 @@ class ImageMediaIO:
                 raise ValueError(f"{name} must be a positive integer, not {limit!r}")
         self.max_pixels = max_pixels
         self.max_bytes = max_bytes
+        self.formats = _validate_formats(formats)
 
     def __repr__(self) -> str:
         return (
             f"ImageMediaIO(image_mode={self.image_mode!r}, "
             f"rgba_background_color={self.rgba_background_color!r}, "
-            f"max_pixels={self.max_pixels}, max_bytes={self.max_bytes})"
+            f"max_pixels={self.max_pixels}, max_bytes={self.max_bytes}, formats={self.formats!r})"
         )
 
     # -- entry points ---------------------------------------------------------
@@ -161,7 +169,7 @@ class ImageMediaIO:
             raise BadImageError("empty", "the image is empty (0 bytes); send the encoded file")
         if len(data) > self.max_bytes:
             raise _too_large(len(data), self.max_bytes)
-        opened = _open(data)
+        opened = _open(data, self.formats)
         width, height = opened.size
         if width * height > self.max_pixels:
             raise BadImageError(
@@ -258,6 +266,20 @@ def _validate_color(color: Any) -> tuple[int, int, int]:
     return (color[0], color[1], color[2])
 
 
+def _validate_formats(formats: Sequence[str] | None) -> tuple[str, ...] | None:
+    if formats is None:
+        return None
+    Image.init()
+    if formats is DEFAULT_FORMATS:
+        return tuple(f for f in formats if f in Image.OPEN)
+    if isinstance(formats, str) or not all(isinstance(f, str) for f in formats):
+        raise ValueError(f"formats must be a sequence of Pillow format names, not {formats!r}")
+    unknown = [f for f in formats if f.upper() not in Image.OPEN]
+    if unknown or not formats:
+        raise ValueError(f"unknown image formats {unknown!r}; this Pillow opens {', '.join(sorted(Image.OPEN))}")
+    return tuple(f.upper() for f in formats)
+
+
 def _too_large(size: int, limit: int) -> BadImageError:
     return BadImageError(
         "too_large", f"the image is {size} bytes, above the limit of {limit} bytes"
@@ -284,14 +306,14 @@ def _decode_base64(data: str | bytes, max_bytes: int) -> bytes:
         raise BadImageError("bad_base64", f"the payload is not valid base64: {error}") from None
 
 
-def _open(data: bytes) -> Image.Image:
+def _open(data: bytes, formats: tuple[str, ...] | None) -> Image.Image:
     """Parse the header only. Pillow reads no pixels here."""
     try:
-        return Image.open(BytesIO(data))
+        return Image.open(BytesIO(data), formats=formats)
     except UnidentifiedImageError:
+        accepted = ", ".join(formats) if formats else "any format Pillow reads"
         raise BadImageError(
-            "unidentified",
-            "the bytes are not a recognised image format (JPEG, PNG, WebP, GIF, TIFF, BMP...)",
+            "unidentified", f"the bytes are not an image in an accepted format ({accepted})"
         ) from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         # The warning arrives as an exception when warnings are turned into errors.

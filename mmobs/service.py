@@ -40,6 +40,7 @@ from .hashing import ALGORITHMS, MultiModalHasher
 from .logs import configure_logging
 from .http_errors import error_body
 from .image_io import (
+    DEFAULT_FORMATS,
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_PIXELS,
     ImageMediaIO,
@@ -62,6 +63,8 @@ class ServiceConfig:
     max_images: int = 64
     max_image_bytes: int = DEFAULT_MAX_BYTES
     max_pixels: int = DEFAULT_MAX_PIXELS
+    #: Pillow formats the loader opens; ``None`` opens every format Pillow reads.
+    image_formats: tuple[str, ...] | None = DEFAULT_FORMATS
     metrics_path: str | None = "/metrics"
     metrics_token: str | None = None
     #: Hosts remote ``http(s)`` image URLs may come from; empty refuses them all.
@@ -84,6 +87,8 @@ class ServiceConfig:
             return cls()
         values = json.loads(raw)
         values["allowed_hosts"] = tuple(values.get("allowed_hosts", ()))
+        if values.get("image_formats") is not None:
+            values["image_formats"] = tuple(values["image_formats"])
         return cls(**values)
 
 
@@ -221,7 +226,10 @@ class HashService:
             io_options["rgba_background_color"] = color
         try:
             io = ImageMediaIO(
-                **io_options, max_pixels=self.config.max_pixels, max_bytes=self.config.max_image_bytes
+                **io_options,
+                max_pixels=self.config.max_pixels,
+                max_bytes=self.config.max_image_bytes,
+                formats=self.config.image_formats,
             )
         except (ValueError, TypeError) as error:
             param = "image_mode" if "image_mode" in str(error) else "rgba_background_color"

@@ -610,3 +610,26 @@ def test_loader_reports_the_tolerated_transpose_once(record: Any) -> None:
     assert media.media.size == (16, 12)
     assert [type(e.error) for e in rec.transpose_failures] == [SyntaxError]
     assert rec.bad_images == []
+
+
+# =============================================================================
+# Format allow-list
+# =============================================================================
+
+
+@pytest.mark.parametrize("fmt", ["PCX", "TGA", "PPM", "ICO", "SGI"])
+def test_formats_outside_the_allow_list_are_unidentified(fmt: str) -> None:
+    """Decoders clients do not need (some run external programs: EPS) are not reached by default."""
+    data = encode(noisy_image("RGB", (8, 8)), fmt)
+    with pytest.raises(BadImageError) as caught:
+        ImageMediaIO().load_bytes(data)
+    assert caught.value.reason == "unidentified"
+    assert "accepted format (JPEG, PNG, WEBP, GIF, BMP, TIFF" in caught.value.message
+    assert ImageMediaIO(formats=None).load_bytes(data).media.size == (8, 8)
+    assert ImageMediaIO(formats=[fmt.lower()]).load_bytes(data).media.size == (8, 8)
+
+
+@pytest.mark.parametrize("formats", ["PNG", ["NOPE"], [], [1]])
+def test_bad_format_lists_are_refused_at_construction(formats: object) -> None:
+    with pytest.raises(ValueError, match="format"):
+        ImageMediaIO(formats=formats)  # type: ignore[arg-type]
