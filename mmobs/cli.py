@@ -310,6 +310,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _image_mode(text: str) -> str:
+    try:
+        return ImageMediaIO(image_mode=text).image_mode or text
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _formats(text: str) -> tuple[str, ...] | None:
     if text.strip().lower() == "any":
         return None
@@ -329,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     hash_parser = commands.add_parser("hash", help="print each file's cache key and how it was derived")
     hash_parser.add_argument("files", nargs="+", metavar="FILE")
     hash_parser.add_argument("--algorithm", choices=ALGORITHMS, default="blake3")
-    hash_parser.add_argument("--image-mode", default="RGB", help="mode the loader converts to (default RGB)")
+    hash_parser.add_argument("--image-mode", type=_image_mode, default="RGB", help="mode the loader converts to (default RGB)")
     hash_parser.add_argument("--json", action="store_true", help="one JSON object per line")
     hash_parser.set_defaults(handler=cmd_hash)
 
@@ -375,12 +382,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "serve":
         # Events go to stderr so stdout stays clean for --json; the command prints the facts.
         configure_logging("console", "warning", stream=sys.stderr)
-    if args.command in ("hash", "inspect"):
-        try:
-            ImageMediaIO(image_mode=getattr(args, "image_mode", "RGB"))
-        except ValueError as error:
-            print(f"mmobs: {error}", file=sys.stderr)
-            return 2
     return int(args.handler(args))
 
 

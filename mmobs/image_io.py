@@ -115,7 +115,7 @@ class ImageMediaIO:
         max_bytes: int = DEFAULT_MAX_BYTES,
         formats: Sequence[str] | None = DEFAULT_FORMATS,
     ) -> None:
-        if image_mode is not None and image_mode not in _ALL_MODES:
+        if image_mode is not None and (not isinstance(image_mode, str) or image_mode not in _ALL_MODES):
             raise ValueError(
                 f"unknown image_mode {image_mode!r}; use one of {', '.join(sorted(_ALL_MODES))}"
             )

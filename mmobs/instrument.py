@@ -14,8 +14,8 @@ counter never is.
 from __future__ import annotations
 
 import threading
-import weakref
 import time
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -29,7 +29,14 @@ from ._version import __version__
 from .context import current_request
 from .drift import DriftTracker
 from .errors import BadImageError
-from .events import ExifFallback, HashObserver, MediaKeyed, MediaKind, TransposeFailure, set_observer
+from .events import (
+    ExifFallback,
+    HashObserver,
+    MediaKeyed,
+    MediaKind,
+    TransposeFailure,
+    set_observer,
+)
 from .fingerprint import process_fingerprint
 from .logs import safe_text
 from .media import MediaWithBytes

@@ -39,11 +39,12 @@ from .context import RequestStats, current_request
 from .errors import BadImageError
 from .events import get_observer
 from .exposition import MetricsEndpoint
-from .image_io import report_bad_image
 from .http_errors import bad_image_body, send_json
+from .image_io import report_bad_image
 from .instrument import Instrumentation, export_fingerprint, install, metrics_for
+from .logs import safe_text
 from .metrics import STATUS_CLASSES, HttpMetrics
-from .routing import RouteResolver
+from .routing import RouteResolver, endpoint_templates
 
 __all__ = ["MMObsMiddleware", "REQUEST_ID_PATTERN"]
 
@@ -112,10 +113,9 @@ class MMObsMiddleware:
         self._request_id_key = self.request_id_header.encode("latin-1")
         self.pillow_errors_as_bad_images = pillow_errors_as_bad_images
         self.resolve_route = route_resolver or RouteResolver(app=app)
-        # Label children by (route, method[, status class]): labels() locks and
+        # Label children by (metric, label values): labels() locks and
         # validates on every call. Routes come from the app's table: bounded.
-        self._children: dict[tuple[str, str, str], Any] = {}
-        self._durations: dict[tuple[str, str], Any] = {}
+        self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
         self._warmed = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -166,7 +166,7 @@ class MMObsMiddleware:
                 _log.error(
                     "bad_image_after_response_started",
                     reason=bad_image.reason,
-                    error=bad_image.message[:200],
+                    error=safe_text(bad_image.message),
                 )
                 raise
             await send_json(send_wrapper, 400, bad_image_body(bad_image))
@@ -184,12 +184,10 @@ class MMObsMiddleware:
         """
         self._warmed = True
         app = scope.get("app") or self.app
-        for route in getattr(app, "routes", None) or ():
-            template = getattr(route, "path", None)
-            if isinstance(template, str) and getattr(route, "methods", None):
-                for status_class in STATUS_CLASSES:
-                    self.metrics.image_requests.labels(template, status_class)
-                self.metrics.fallback_requests.labels(template)
+        for template in endpoint_templates(getattr(app, "routes", None) or ()):
+            for status_class in STATUS_CLASSES:
+                self.metrics.image_requests.labels(template, status_class)
+            self.metrics.fallback_requests.labels(template)
 
     def _as_bad_image(self, error: Exception) -> BadImageError | None:
         if isinstance(error, BadImageError):
@@ -210,18 +208,17 @@ class MMObsMiddleware:
                 break
         return os.urandom(16).hex()
 
+    def _child(self, metric: Any, *labels: str) -> Any:
+        child = self._children.get((metric, labels))
+        if child is None:
+            child = self._children[(metric, labels)] = metric.labels(*labels)
+        return child
+
     def _record(self, route: str, method: str, status: int, seconds: float, stats: RequestStats) -> None:
         status_class = f"{status // 100}xx" if 100 <= status < 600 else "5xx"
-        key = (route, method, status_class)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = self.metrics.requests.labels(route, method, status_class)
-        child.inc()
-        duration = self._durations.get((route, method))
-        if duration is None:
-            duration = self._durations[(route, method)] = self.metrics.duration.labels(route, method)
-        duration.observe(seconds)
+        self._child(self.metrics.requests, route, method, status_class).inc()
+        self._child(self.metrics.duration, route, method).observe(seconds)
         if stats.images or stats.bad_images:
-            self.metrics.image_requests.labels(route, status_class).inc()
+            self._child(self.metrics.image_requests, route, status_class).inc()
         if stats.exif_fallbacks:
-            self.metrics.fallback_requests.labels(route).inc()
+            self._child(self.metrics.fallback_requests, route).inc()

@@ -39,6 +39,20 @@ def _template(routes: Any, scope: dict[str, Any], prefix: str = "") -> str | Non
     return partial
 
 
+def endpoint_templates(routes: Any, prefix: str = "") -> list[str]:
+    """The template of every HTTP endpoint in a route table, mounts included."""
+    templates: list[str] = []
+    for route in routes:
+        path = getattr(route, "path", None)
+        if not isinstance(path, str):
+            continue
+        if isinstance(route, Mount):
+            templates += endpoint_templates(route.routes, prefix + path)
+        elif getattr(route, "methods", None):
+            templates.append(prefix + path)
+    return templates
+
+
 class RouteResolver:
     """Resolve (and cache) the route template of an HTTP scope.
 

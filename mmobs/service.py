@@ -37,7 +37,6 @@ from .events import RecordingObserver, get_observer, observing
 from .fetch import RemoteFetcher
 from .fingerprint import process_fingerprint
 from .hashing import ALGORITHMS, MultiModalHasher
-from .logs import configure_logging
 from .http_errors import error_body
 from .image_io import (
     DEFAULT_FORMATS,
@@ -47,6 +46,7 @@ from .image_io import (
     load_data_url,
     report_bad_image,
 )
+from .logs import configure_logging
 from .media import MediaWithBytes
 from .middleware import MMObsMiddleware
 
@@ -231,7 +231,7 @@ class HashService:
                 max_bytes=self.config.max_image_bytes,
                 formats=self.config.image_formats,
             )
-        except (ValueError, TypeError) as error:
+        except ValueError as error:  # the message names the option, and so does param
             param = "image_mode" if "image_mode" in str(error) else "rgba_background_color"
             raise RequestError(400, "invalid_option", str(error)[:300], param) from None
         extras: dict[str, Any] = {}

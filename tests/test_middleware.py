@@ -35,9 +35,10 @@ import mmobs
 from mmobs.context import current_request
 from mmobs.routing import UNMATCHED_ROUTE, RouteResolver
 
+from . import golden
 from .asgi_apps import call_http, http_scope
 
-GOLDEN_INPUTS = Path("/work/shared/golden/inputs")
+GOLDEN_INPUTS = golden.GOLDEN_DIR / "inputs"
 BAD_EXIF_JPEG = GOLDEN_INPUTS / "bad-exif-header.jpg"
 GOOD_JPEG = GOLDEN_INPUTS / "photo.jpg"
 HEX32 = re.compile(r"[0-9a-f]{32}")
@@ -663,7 +664,7 @@ def test_exif_fallback_carries_request_context(
     response = client.get(route, headers={"X-Request-ID": "exif-1"})
 
     assert response.status_code == 200
-    assert len(response.json()["key"]) == 64
+    assert response.json()["key"] == golden.case("media-bad-exif-header.jpg")["expected"]
     (event,) = events(context_logs, "exif_fallback")
     assert event["request_id"] == "exif-1"
     assert event["route"] == route
@@ -708,6 +709,9 @@ def test_known_routes_have_image_series_at_zero_from_the_first_request(
             "mmobs_http_image_requests_total", {"route": "/hash-route", "status_class": status_class}
         ) == 0.0
     assert registry.get_sample_value("mmobs_http_exif_fallback_requests_total", {"route": "/hash-route"}) == 0.0
+    # Routes inside mounts too, under the same template the request labels use.
+    for template in ("/api/users/{user_id}", "/api/v2/things/{thing_id:int}"):
+        assert registry.get_sample_value("mmobs_http_exif_fallback_requests_total", {"route": template}) == 0.0
 
 
 # =============================================================================

@@ -205,6 +205,14 @@ def test_malformed_requests_are_json_4xx(client, content, headers, status, code)
     assert_error(client.post("/v1/hash", content=content, headers=headers), status, code)
 
 
+@pytest.mark.parametrize(
+    ("option", "value"), [("image_mode", ["RGB"]), ("image_mode", "RGBZ"), ("rgba_background_color", [1, 2])]
+)
+def test_bad_decode_options_name_their_param(client, option, value):
+    body = {"images": [data_url(PHOTO_JPEG)], option: value}
+    assert_error(client.post("/v1/hash", json=body), 400, "invalid_option", param=option)
+
+
 def test_deeply_nested_processor_kwargs_refused(client):
     nested: dict = {}
     cursor = nested
