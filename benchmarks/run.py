@@ -67,7 +67,7 @@ import mmobs  # noqa: E402
 import mmobs.pixels  # noqa: E402
 from mmobs import DriftTracker, ImageMediaIO, MediaWithBytes, MultiModalHasher, observing  # noqa: E402
 from mmobs.events import RecordingObserver, get_observer, set_observer  # noqa: E402
-from mmobs.instrument import Instrumentation  # noqa: E402
+from mmobs.instrument import Instrumentation, set_hasher_info  # noqa: E402
 
 SECTIONS = ("pixels", "bytes", "instrumentation", "middleware", "service")
 MiB = 1024 * 1024
@@ -187,8 +187,8 @@ def blake3_alone(stream: bytes) -> Callable[[], str]:
 def private_instrumentation(**options: Any) -> Instrumentation:
     from prometheus_client import CollectorRegistry
 
-    instr = Instrumentation(CollectorRegistry(), **options)
-    instr.export_fingerprint()  # once, up front: not part of any timed call
+    instr = Instrumentation(CollectorRegistry(), hasher_info=False, **options)
+    set_hasher_info(instr.metrics)  # once, up front: not part of any timed call
     return instr
 
 
@@ -371,7 +371,7 @@ def section_bytes(cfg: Config, out: H.Report) -> None:
 
 def _minimal_bytes_key(media: MediaWithBytes, stream: bytes) -> Callable[[], str]:
     from mmobs.events import MediaKeyed
-    from mmobs.hashing import _read_image_id
+    from mmobs.hashing import IMAGE_ID_TAG
 
     original = media.original_bytes
     header = stream[: len(stream) - len(original)]
@@ -381,7 +381,7 @@ def _minimal_bytes_key(media: MediaWithBytes, stream: bytes) -> Callable[[], str
     def run() -> str:
         with observing(None):
             observer = get_observer()
-            if _read_image_id(media.media, "media_with_bytes", "original_bytes", original) is not None:
+            if media.media.getexif().get(IMAGE_ID_TAG) is not None:
                 raise AssertionError("this input has an ImageID")
             digest = blake3()
             digest.update(header)

@@ -1,47 +1,118 @@
 """mmobs: vLLM-compatible multimodal cache keys, with the observability around them.
 
-Importing the package installs the default :class:`Instrumentation`: every
-swallowed EXIF exception, keyed media item and refused input is counted in
-prometheus_client's global registry and logged through structlog. Use
-:func:`install` for another registry or options, or ``set_observer(None)``
-to turn reporting off.
+Every swallowed EXIF exception, keyed media item and refused input is counted
+in prometheus_client's global registry and logged through structlog, with no
+set-up: the default :class:`Instrumentation` installs itself on the first
+event. Use :func:`install` for another registry or options, or
+``set_observer(None)`` to turn reporting off.
+
+Names are loaded on first access, so ``import mmobs.hashing`` (what the vLLM
+plugin loads in every vLLM process) pulls in neither prometheus_client,
+structlog nor Starlette.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
-from .drift import DriftTracker
-from .errors import BAD_IMAGE_REASONS, BadImageError
-from .events import HashObserver, get_observer, observing, set_observer
-from .fingerprint import compute_fingerprint
-from .hashing import ALGORITHMS, MultiModalHasher, UnsupportedTypeWarning
-from .image_io import ImageMediaIO, load_data_url, normalize_image, safe_exif_transpose
-from .instrument import Instrumentation, default_instrumentation, install
-from .logs import configure_logging
-from .media import MediaWithBytes
-from .middleware import MMObsMiddleware
 
-set_observer(default_instrumentation())
+if TYPE_CHECKING:
+    from .drift import DriftTracker as DriftTracker
+    from .errors import (
+        BAD_IMAGE_REASONS as BAD_IMAGE_REASONS,
+    )
+    from .errors import (
+        BadImageError as BadImageError,
+    )
+    from .errors import (
+        InvalidOptionError as InvalidOptionError,
+    )
+    from .events import (
+        HashObserver as HashObserver,
+    )
+    from .events import (
+        get_observer as get_observer,
+    )
+    from .events import (
+        observing as observing,
+    )
+    from .events import (
+        set_observer as set_observer,
+    )
+    from .fingerprint import compute_fingerprint as compute_fingerprint
+    from .hashing import (
+        ALGORITHMS as ALGORITHMS,
+    )
+    from .hashing import (
+        MultiModalHasher as MultiModalHasher,
+    )
+    from .hashing import (
+        UnsupportedTypeWarning as UnsupportedTypeWarning,
+    )
+    from .image_io import (
+        ImageMediaIO as ImageMediaIO,
+    )
+    from .image_io import (
+        load_data_url as load_data_url,
+    )
+    from .image_io import (
+        normalize_image as normalize_image,
+    )
+    from .image_io import (
+        safe_exif_transpose as safe_exif_transpose,
+    )
+    from .instrument import (
+        Instrumentation as Instrumentation,
+    )
+    from .instrument import (
+        default_instrumentation as default_instrumentation,
+    )
+    from .instrument import (
+        install as install,
+    )
+    from .logs import configure_logging as configure_logging
+    from .media import MediaWithBytes as MediaWithBytes
+    from .middleware import MMObsMiddleware as MMObsMiddleware
 
-__all__ = [
-    "ALGORITHMS",
-    "BAD_IMAGE_REASONS",
-    "BadImageError",
-    "DriftTracker",
-    "HashObserver",
-    "ImageMediaIO",
-    "Instrumentation",
-    "MMObsMiddleware",
-    "MediaWithBytes",
-    "MultiModalHasher",
-    "UnsupportedTypeWarning",
-    "__version__",
-    "compute_fingerprint",
-    "configure_logging",
-    "default_instrumentation",
-    "get_observer",
-    "install",
-    "load_data_url",
-    "normalize_image",
-    "observing",
-    "safe_exif_transpose",
-    "set_observer",
-]
+#: Public name -> the module that defines it.
+_EXPORTS: dict[str, str] = {
+    "ALGORITHMS": "hashing",
+    "BAD_IMAGE_REASONS": "errors",
+    "BadImageError": "errors",
+    "DriftTracker": "drift",
+    "HashObserver": "events",
+    "ImageMediaIO": "image_io",
+    "Instrumentation": "instrument",
+    "InvalidOptionError": "errors",
+    "MMObsMiddleware": "middleware",
+    "MediaWithBytes": "media",
+    "MultiModalHasher": "hashing",
+    "UnsupportedTypeWarning": "hashing",
+    "compute_fingerprint": "fingerprint",
+    "configure_logging": "logs",
+    "default_instrumentation": "instrument",
+    "get_observer": "events",
+    "install": "instrument",
+    "load_data_url": "image_io",
+    "normalize_image": "image_io",
+    "observing": "events",
+    "safe_exif_transpose": "image_io",
+    "set_observer": "events",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mmobs' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -21,10 +21,11 @@ import structlog
 from PIL import Image, ImageOps
 
 from ._version import __version__
+from .config import CONFIG_ENV, ServiceConfig
 from .errors import BadImageError
 from .events import RecordingObserver, get_observer, observing
 from .hashing import ALGORITHMS, IMAGE_ID_TAG, MultiModalHasher
-from .image_io import DEFAULT_FORMATS, ImageMediaIO
+from .image_io import ImageMediaIO
 from .logs import configure_logging, safe_text
 
 _ORIENTATION_TAG = 0x0112
@@ -229,8 +230,6 @@ def cmd_fingerprint(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .service import CONFIG_ENV, ServiceConfig
-
     config = ServiceConfig(
         max_body_bytes=args.max_body_bytes,
         max_images=args.max_images,
@@ -349,19 +348,21 @@ def build_parser() -> argparse.ArgumentParser:
     fingerprint_parser.add_argument("--json", action="store_true")
     fingerprint_parser.set_defaults(handler=cmd_fingerprint)
 
+    defaults = ServiceConfig()
     serve = commands.add_parser("serve", help="run the reference service (POST /v1/hash, GET /metrics)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=_positive, default=1)
     serve.add_argument("--log-format", choices=("json", "console"), default="json")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
-    serve.add_argument("--max-body-bytes", type=_positive, default=64 * 1024 * 1024)
-    serve.add_argument("--max-images", type=_positive, default=64)
-    serve.add_argument("--max-pixels", type=_positive, default=50_000_000)
-    serve.add_argument("--max-image-bytes", type=_positive, default=32 * 1024 * 1024)
-    serve.add_argument("--image-formats", type=_formats, default=DEFAULT_FORMATS, metavar="FMT,FMT|any",
-                       help=f"Pillow formats to open (default {','.join(DEFAULT_FORMATS)}; 'any' for all)")
-    serve.add_argument("--metrics-path", default="/metrics")
+    serve.add_argument("--max-body-bytes", type=_positive, default=defaults.max_body_bytes)
+    serve.add_argument("--max-images", type=_positive, default=defaults.max_images)
+    serve.add_argument("--max-pixels", type=_positive, default=defaults.max_pixels)
+    serve.add_argument("--max-image-bytes", type=_positive, default=defaults.max_image_bytes)
+    formats = ",".join(defaults.image_formats or ("any",))
+    serve.add_argument("--image-formats", type=_formats, default=defaults.image_formats, metavar="FMT,FMT|any",
+                       help=f"Pillow formats to open (default {formats}; 'any' for all)")
+    serve.add_argument("--metrics-path", default=defaults.metrics_path)
     serve.add_argument("--no-metrics", action="store_true", help="do not serve metrics")
     serve.add_argument("--metrics-port", type=_positive, default=None,
                        help="serve the metrics on this port instead of --metrics-path")

@@ -10,8 +10,9 @@ key changes (``io_config``). Other keyword arguments of ``hash_kwargs`` (the
 model id, processor kwargs) are deliberately outside the comparison: a
 different model legitimately gives a different request key.
 
-Cost control: an item is sampled when a cheap digest of its length, first and
-last 4 KiB falls under ``sample_rate``. The decision is deterministic per
+Cost control: an item is sampled when a cheap digest of its length and last
+256 bytes (entropy-coded data in every common format, where headers are alike)
+falls under ``sample_rate``. The decision is deterministic per
 content, so the same image is either always or never tracked and two sightings
 of it are always compared. A sampled item costs one more pass over its bytes
 (its own digest, teed off the key stream), and one more only when it was not
@@ -27,9 +28,12 @@ from typing import Any
 
 from blake3 import blake3
 
-from .media import MediaWithBytes
+from .hashing import feed_item
+from .media import is_media_with_bytes
 
-_EDGE = 4096
+__all__ = ["Drift", "DriftTracker", "original_bytes_item_digest"]
+
+_TAIL = 256
 _SCALE = 1 << 64
 _CONTENT_BYTES = 16
 
@@ -64,19 +68,15 @@ class DriftTracker:
 
     def samples(self, media: Any) -> bool:
         """Whether this item is tracked. Cheap, and the same answer for the same bytes."""
-        if not isinstance(media, MediaWithBytes) or self._threshold == 0:
+        if self._threshold == 0 or not is_media_with_bytes(media):
             return False
         if self._threshold >= _SCALE:
             return True
         data = media.original_bytes
-        # Edges first, length last: fed at offset 0, the edges sit on blake3's
-        # 1 KiB chunk grid and hash at full speed.
-        probe = blake3(data[:_EDGE])
-        probe.update(data[-_EDGE:])
-        probe.update(len(data).to_bytes(8, "little"))
-        return int.from_bytes(probe.digest(8), "little") < self._threshold
+        probe = blake3(data[-_TAIL:] + len(data).to_bytes(8, "little")).digest(8)
+        return int.from_bytes(probe, "little") < self._threshold
 
-    def observe(self, kind: str, media: MediaWithBytes, key: str, key_source: str) -> Drift | None:
+    def observe(self, kind: str, media: Any, key: str, key_source: str) -> Drift | None:
         """Remember this sighting; return a :class:`Drift` if the key changed.
 
         ``key`` is the hex digest of the item's own framed bytes. Content is
@@ -101,8 +101,7 @@ class DriftTracker:
 
 
 def original_bytes_item_digest(kind: str, data: bytes) -> bytes:
-    """The digest of ``FR(item) 0x03 FR(data)``: the item keyed by its original bytes."""
-    item = b"video" if kind == "video" else b"image"
-    digest = blake3(len(item).to_bytes(8, "little") + item + b"\x03" + len(data).to_bytes(8, "little"))
-    digest.update(data)
+    """The digest the item would have if keyed by its original bytes alone."""
+    digest = blake3()
+    feed_item(digest, "video" if kind == "video" else "image", data)
     return digest.digest(_CONTENT_BYTES)

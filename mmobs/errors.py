@@ -1,4 +1,4 @@
-"""The one error the image loader raises, with a reason from a closed set.
+"""The errors the loader raises, each carrying what a person needs to act on it.
 
 A server that lets ``OSError``, ``SyntaxError`` or ``struct.error`` escape from
 image decoding answers 500, and clients retry a request that can never
@@ -9,7 +9,9 @@ succeed. Every refusal is therefore a :class:`BadImageError`: a ``ValueError``
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
+
+__all__ = ["BAD_IMAGE_REASONS", "BadImageError", "BadImageReason", "InvalidOptionError"]
 
 BadImageReason = Literal[
     "empty",
@@ -25,8 +27,7 @@ BadImageReason = Literal[
     "fetch_failed",
 ]
 
-#: Every reason, with what it means for the person who sent the input.
-BAD_IMAGE_REASONS: dict[str, str] = {
+_MEANINGS: dict[BadImageReason, str] = {
     "empty": "the input holds no bytes",
     "too_large": "the encoded input is larger than the configured byte limit",
     "unidentified": "the bytes are not an image format Pillow can identify",
@@ -40,12 +41,20 @@ BAD_IMAGE_REASONS: dict[str, str] = {
     "fetch_failed": "fetching the remote image failed",
 }
 
+#: Every reason (the ``BadImageReason`` literal, in its order), with what it means
+#: for the person who sent the input.
+BAD_IMAGE_REASONS: dict[str, str] = {reason: _MEANINGS[reason] for reason in get_args(BadImageReason)}
+if len(_MEANINGS) != len(BAD_IMAGE_REASONS):  # a meaning for a reason the Literal lacks
+    raise RuntimeError(f"reasons without a Literal entry: {sorted(set(_MEANINGS) - set(BAD_IMAGE_REASONS))}")
+
 
 class BadImageError(ValueError):
     """An input that cannot become an image. ``reason`` is a metric-safe label.
 
     ``param`` optionally names the offending input in the request (for example
     ``images[2]``); the service fills it in, the loader leaves it ``None``.
+    ``reported`` is set once an observer has counted the refusal, so that the
+    layers it passes through (loader, service, middleware) count it once.
     """
 
     def __init__(self, reason: BadImageReason, message: str, *, param: str | None = None) -> None:
@@ -55,6 +64,7 @@ class BadImageError(ValueError):
         self.reason: str = reason
         self.message = message
         self.param = param
+        self.reported = False
 
     def with_param(self, param: str) -> BadImageError:
         """Name the offending input; returns ``self`` for chaining in ``raise``."""
@@ -63,3 +73,16 @@ class BadImageError(ValueError):
 
     def __repr__(self) -> str:
         return f"BadImageError(reason={self.reason!r}, message={self.message!r}, param={self.param!r})"
+
+
+class InvalidOptionError(ValueError):
+    """A loader option (``image_mode``, ``rgba_background_color``...) is invalid.
+
+    ``param`` names the option, so a service can point the client at it
+    without parsing the message.
+    """
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+        self.message = message

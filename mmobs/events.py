@@ -10,26 +10,48 @@ The current observer is process-wide (:func:`set_observer`) and can be
 overridden for a block of code in the current context only
 (:func:`observing`), which is how the fleet fingerprint hashes its reference
 inputs without moving the traffic counters.
+
+Until someone chooses an observer, the first event installs mmobs's default
+instrumentation (:func:`mmobs.instrument.default_instrumentation`): a library
+user gets counters and log events with no set-up, while importing the hashing
+core stays free of prometheus_client and structlog (they load on first use).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
     from PIL import Image
 
     from .errors import BadImageError
 
+__all__ = [
+    "KEY_SOURCES",
+    "MEDIA_KINDS",
+    "NULL_OBSERVER",
+    "ExifFallback",
+    "HashObserver",
+    "KeySource",
+    "MediaKeyed",
+    "MediaKind",
+    "RecordingObserver",
+    "TransposeFailure",
+    "get_observer",
+    "observing",
+    "set_observer",
+]
+
 MediaKind = Literal["image", "media_with_bytes", "video"]
 KeySource = Literal["image_id", "pixels", "original_bytes", "frames"]
 
-MEDIA_KINDS: tuple[str, ...] = ("image", "media_with_bytes", "video")
-KEY_SOURCES: tuple[str, ...] = ("image_id", "pixels", "original_bytes", "frames")
+MEDIA_KINDS: tuple[str, ...] = get_args(MediaKind)
+KEY_SOURCES: tuple[str, ...] = get_args(KeySource)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +159,9 @@ class RecordingObserver(HashObserver):
 
 NULL_OBSERVER = HashObserver()
 
-_global_observer: HashObserver = NULL_OBSERVER
+#: ``None`` until someone chooses: then the default instrumentation, on first use.
+_global_observer: HashObserver | None = None
+_default_lock = threading.Lock()
 _context_observer: contextvars.ContextVar[HashObserver | None] = contextvars.ContextVar(
     "mmobs_observer", default=None
 )
@@ -145,7 +169,7 @@ _context_observer: contextvars.ContextVar[HashObserver | None] = contextvars.Con
 
 def get_observer() -> HashObserver:
     """The observer in force here: a context override, else the process-wide one."""
-    return _context_observer.get() or _global_observer
+    return _context_observer.get() or _global_observer or _install_default()
 
 
 def set_observer(observer: HashObserver | None) -> HashObserver:
@@ -154,9 +178,20 @@ def set_observer(observer: HashObserver | None) -> HashObserver:
     Returns the observer it replaced, so callers can restore it.
     """
     global _global_observer
-    previous = _global_observer
+    previous = _global_observer or NULL_OBSERVER
     _global_observer = observer if observer is not None else NULL_OBSERVER
     return previous
+
+
+def _install_default() -> HashObserver:
+    """Make the default instrumentation the process-wide observer, once."""
+    global _global_observer
+    with _default_lock:
+        if _global_observer is None:
+            from .instrument import default_instrumentation  # prometheus_client, structlog: first use only
+
+            _global_observer = default_instrumentation()
+        return _global_observer
 
 
 @contextlib.contextmanager

@@ -18,6 +18,8 @@ from starlette.types import Receive, Scope, Send
 
 from .http_errors import error_body, send_json
 
+__all__ = ["MetricsEndpoint", "multiprocess_dir", "render", "scrape_registry"]
+
 
 def multiprocess_dir() -> str | None:
     """The multiprocess directory in force, if any."""

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 from .errors import BadImageError
 
+__all__ = ["RemoteFetcher"]
+
 _READ_CHUNK = 64 * 1024
 
 

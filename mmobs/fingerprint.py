@@ -29,8 +29,10 @@ from blake3 import blake3
 from PIL import Image
 
 from .events import observing
-from .hashing import MultiModalHasher
+from .hashing import IMAGE_ID_TAG, MultiModalHasher
 from .image_io import ImageMediaIO
+
+__all__ = ["FINGERPRINT_HEX_CHARS", "Fingerprint", "compute_fingerprint", "process_fingerprint"]
 
 FINGERPRINT_HEX_CHARS = 16
 
@@ -55,7 +57,7 @@ def _opened(name: str) -> Image.Image:
 
 def _uuid_image() -> Image.Image:
     image = Image.new("RGB", (3, 2), (1, 2, 3))
-    image.getexif()[0x800D] = uuid.UUID("6d6d6f62-732d-4669-6e67-657270726e74")
+    image.getexif()[IMAGE_ID_TAG] = uuid.UUID("6d6d6f62-732d-4669-6e67-657270726e74")
     return image
 
 

@@ -14,6 +14,8 @@ from starlette.types import Send
 
 from .errors import BadImageError
 
+__all__ = ["bad_image_body", "error_body", "send_json"]
+
 
 def error_body(
     message: str,

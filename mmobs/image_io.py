@@ -1,16 +1,22 @@
 """Decode images the way vLLM's ``ImageMediaIO`` does, refusing bad input cleanly.
 
-Loading semantics (``shared/golden/README.md``): open the bytes, apply the
-EXIF orientation while tolerating any exception from it, ``load()``, convert
-to ``image_mode`` (RGBA to RGB is composited onto ``rgba_background_color``
-through the alpha band; other conversions use ``convert``), and return a
-:class:`MediaWithBytes` whose ``io_config`` is set only when the conversion
-produced a new image object.
+Loading semantics (vLLM 0.33's ``ImageMediaIO.load_bytes``, with the decode
+moved before the EXIF transpose so that a decode error is refused rather than
+swallowed with the transpose's): open the bytes, check the pixel count,
+``load()``, apply the EXIF orientation while tolerating any exception from it,
+convert to ``image_mode`` (going to RGB, an image with transparency, meaning
+mode RGBA, LA or PA or a ``transparency`` entry in ``info``, is converted to
+RGBA and composited onto ``rgba_background_color`` through its alpha band;
+other conversions use ``convert``), and return a :class:`MediaWithBytes`
+whose ``io_config`` is set only when the conversion produced a new image
+object.
 
 Everything that cannot become an image raises :class:`BadImageError` with a
-reason from a closed set; no ``OSError``, ``SyntaxError``, ``struct.error`` or
-``DecompressionBombError`` escapes. Pixel bombs are refused from the header,
-before Pillow allocates the pixel buffer.
+reason from a closed set (:func:`bad_image_from_pillow` is the one place that
+classifies Pillow's errors); no ``OSError``, ``SyntaxError``, ``struct.error``
+or ``DecompressionBombError`` escapes. Pixel bombs are refused from the header,
+before Pillow allocates the pixel buffer. A ``MemoryError`` is the server's
+shortage, not the client's fault, so it propagates.
 """
 
 from __future__ import annotations
@@ -28,16 +34,22 @@ try:  # 3-4x faster on large payloads, same strict semantics (the "serve" extra)
 except ImportError:  # pragma: no cover - exercised where pybase64 is absent
     from base64 import b64decode
 
-from .errors import BadImageError
+from .errors import BadImageError, BadImageReason, InvalidOptionError
 from .events import TransposeFailure, get_observer
 from .media import MediaWithBytes
 
 __all__ = [
+    "DEFAULT_FORMATS",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_PIXELS",
     "ImageMediaIO",
+    "bad_image_from_pillow",
+    "has_transparency",
     "load_data_url",
     "normalize_image",
+    "parse_data_url",
+    "pillow_error_reason",
+    "report_bad_image",
     "safe_exif_transpose",
 ]
 
@@ -61,10 +73,47 @@ _DATA_URL_MEDIA_TYPES = ("", "application/octet-stream")
 
 def report_bad_image(error: BadImageError) -> BadImageError:
     """Tell the observer about a refusal once; marked, so nobody counts it twice."""
-    if not getattr(error, "reported", False):
-        error.reported = True  # type: ignore[attr-defined]
+    if not error.reported:
+        error.reported = True
         get_observer().bad_image(error)
     return error
+
+
+def pillow_error_reason(error: BaseException) -> BadImageReason | None:
+    """The reason a Pillow error means the image is bad, or None if it does not say so.
+
+    ``None`` leaves the decision to the caller: the loader, which knows the
+    error came from decoding client bytes, calls it ``corrupt``; a middleware
+    that catches whatever an application raised lets it through as a 500.
+    """
+    if isinstance(error, UnidentifiedImageError):
+        return "unidentified"
+    if isinstance(error, (Image.DecompressionBombError, Image.DecompressionBombWarning)):
+        return "too_many_pixels"
+    if isinstance(error, EOFError) or "truncated" in str(error).lower():
+        return "truncated"
+    return None
+
+
+def bad_image_from_pillow(error: BaseException, where: str) -> BadImageError:
+    """The :class:`BadImageError` for an exception Pillow raised while reading client bytes.
+
+    ``where`` says what was being read, for the message ("header", "JPEG data").
+    """
+    reason = pillow_error_reason(error) or "corrupt"
+    text = f"{type(error).__name__}: {str(error)[:200] or 'no details'}"
+    messages: dict[str, str] = {
+        "unidentified": f"the bytes are not a recognised image format ({text})",
+        "too_many_pixels": f"the image declares too many pixels ({text})",
+        "truncated": f"the {where} ends early: {text}",
+        "corrupt": f"the {where} is damaged and cannot be decoded: {text}",
+    }
+    return BadImageError(reason, messages[reason])
+
+
+def has_transparency(image: Image.Image) -> bool:
+    """Whether converting to RGB composites onto the background (vLLM's rule)."""
+    return image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
 
 
 def safe_exif_transpose(image: Image.Image, *, in_place: bool = False) -> Image.Image | None:
@@ -116,14 +165,14 @@ class ImageMediaIO:
         formats: Sequence[str] | None = DEFAULT_FORMATS,
     ) -> None:
         if image_mode is not None and (not isinstance(image_mode, str) or image_mode not in _ALL_MODES):
-            raise ValueError(
-                f"unknown image_mode {image_mode!r}; use one of {', '.join(sorted(_ALL_MODES))}"
+            raise InvalidOptionError(
+                "image_mode", f"unknown image_mode {image_mode!r}; use one of {', '.join(sorted(_ALL_MODES))}"
             )
         self.image_mode = image_mode
         self.rgba_background_color = _validate_color(rgba_background_color)
         for name, limit in (("max_pixels", max_pixels), ("max_bytes", max_bytes)):
             if type(limit) is not int or limit < 1:
-                raise ValueError(f"{name} must be a positive integer, not {limit!r}")
+                raise InvalidOptionError(name, f"{name} must be a positive integer, not {limit!r}")
         self.max_pixels = max_pixels
         self.max_bytes = max_bytes
         self.formats = _validate_formats(formats)
@@ -191,14 +240,19 @@ class ImageMediaIO:
 
     def _convert(self, image: Image.Image) -> Image.Image:
         mode = self.image_mode
-        if mode is None or image.mode == mode:
+        if mode is None:
             return image
         try:
-            if image.mode == "RGBA" and mode == "RGB":
+            if mode == "RGB" and has_transparency(image):
+                rgba = image if image.mode == "RGBA" else image.convert("RGBA")
                 composited = Image.new("RGB", image.size, self.rgba_background_color)
-                composited.paste(image, mask=image.getchannel("A"))
+                composited.paste(rgba, mask=rgba.getchannel("A"))
                 return composited
+            if image.mode == mode:
+                return image
             return image.convert(mode)
+        except MemoryError:
+            raise
         except Exception as error:  # noqa: BLE001 - Pillow raises ValueError, OSError...
             raise BadImageError(
                 "unsupported_mode",
@@ -260,8 +314,8 @@ def _validate_color(color: Any) -> tuple[int, int, int]:
         or len(color) != 3
         or not all(type(c) is int and 0 <= c <= 255 for c in color)
     ):
-        raise ValueError(
-            f"rgba_background_color must be three integers in 0..255, not {color!r}"
+        raise InvalidOptionError(
+            "rgba_background_color", f"rgba_background_color must be three integers in 0..255, not {color!r}"
         )
     return (color[0], color[1], color[2])
 
@@ -273,10 +327,12 @@ def _validate_formats(formats: Sequence[str] | None) -> tuple[str, ...] | None:
     if formats is DEFAULT_FORMATS:
         return tuple(f for f in formats if f in Image.OPEN)
     if isinstance(formats, str) or not all(isinstance(f, str) for f in formats):
-        raise ValueError(f"formats must be a sequence of Pillow format names, not {formats!r}")
+        raise InvalidOptionError("formats", f"formats must be a sequence of Pillow format names, not {formats!r}")
     unknown = [f for f in formats if f.upper() not in Image.OPEN]
     if unknown or not formats:
-        raise ValueError(f"unknown image formats {unknown!r}; this Pillow opens {', '.join(sorted(Image.OPEN))}")
+        raise InvalidOptionError(
+            "formats", f"unknown image formats {unknown!r}; this Pillow opens {', '.join(sorted(Image.OPEN))}"
+        )
     return tuple(f.upper() for f in formats)
 
 
@@ -315,34 +371,16 @@ def _open(data: bytes, formats: tuple[str, ...] | None) -> Image.Image:
         raise BadImageError(
             "unidentified", f"the bytes are not an image in an accepted format ({accepted})"
         ) from None
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
-        # The warning arrives as an exception when warnings are turned into errors.
-        raise BadImageError("too_many_pixels", f"the image declares too many pixels: {error}") from None
-    except Exception as error:  # noqa: BLE001 - SyntaxError, struct.error, ValueError...
-        if _is_truncation(error):
-            raise BadImageError(
-                "truncated", f"the image ends inside its header: {_describe(error)}"
-            ) from None
-        raise BadImageError("corrupt", f"the image header is malformed: {_describe(error)}") from None
+    except MemoryError:
+        raise
+    except Exception as error:  # noqa: BLE001 - SyntaxError, struct.error, ValueError, bomb warnings...
+        raise bad_image_from_pillow(error, "image header") from None
 
 
 def _decode(image: Image.Image) -> None:
     try:
         image.load()
+    except MemoryError:
+        raise
     except Exception as error:  # noqa: BLE001 - OSError, SyntaxError, struct.error...
-        if _is_truncation(error):
-            raise BadImageError(
-                "truncated", f"the {image.format or 'image'} data ends early: {_describe(error)}"
-            ) from None
-        raise BadImageError(
-            "corrupt", f"the {image.format or 'image'} data cannot be decoded: {_describe(error)}"
-        ) from None
-
-
-def _is_truncation(error: BaseException) -> bool:
-    return isinstance(error, EOFError) or "truncated" in str(error).lower()
-
-
-def _describe(error: BaseException) -> str:
-    text = str(error)[:200] or "no details"
-    return f"{type(error).__name__}: {text}"
+        raise bad_image_from_pillow(error, f"{image.format or 'image'} data") from None

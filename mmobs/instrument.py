@@ -39,11 +39,12 @@ from .events import (
 )
 from .fingerprint import process_fingerprint
 from .logs import safe_text
-from .media import MediaWithBytes
 from .metrics import HasherMetrics, exception_label
 
+__all__ = ["Instrumentation", "content_digest", "default_instrumentation", "install", "metrics_for", "set_hasher_info"]
+
 _DIGEST_HEX_CHARS = 16
-_DEFAULT = object()
+_DEFAULT: Any = object()
 _metrics_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, HasherMetrics] = (
     weakref.WeakKeyDictionary()
 )
@@ -62,8 +63,8 @@ def metrics_for(registry: CollectorRegistry | None = None) -> HasherMetrics:
     return metrics
 
 
-def export_fingerprint(metrics: HasherMetrics) -> str:
-    """Set ``mmobs_hasher_info`` to 1 with this process's fingerprint; return it."""
+def set_hasher_info(metrics: HasherMetrics) -> str:
+    """Set ``mmobs_hasher_info`` to 1 with this process's fingerprint; return the fingerprint."""
     digest = process_fingerprint().digest
     metrics.hasher_info.labels(digest, __version__, PIL.__version__, np.__version__).set(1)
     return digest
@@ -108,30 +109,32 @@ class _LogLimiter:
 
 
 class Instrumentation(HashObserver):
-    """Counts, logs and drift-checks everything the hashing core reports."""
+    """Counts, logs and drift-checks everything the hashing core reports.
+
+    :param registry: where the metrics live (prometheus_client's global one by default).
+    :param logger: a structlog logger (``structlog.get_logger("mmobs")`` by default).
+    :param drift: the drift tracker; ``None`` turns drift detection off.
+    :param log_interval_seconds: log each content's fallback at most once per interval
+        (the counter still counts every one); ``None`` logs every one.
+    :param hasher_info: set ``mmobs_hasher_info`` with this process's fingerprint on the
+        first hash (off for instrumentations that only count).
+    """
 
     def __init__(
         self,
         registry: CollectorRegistry | None = None,
         *,
         logger: Any = None,
-        drift: DriftTracker | None | object = _DEFAULT,
+        drift: DriftTracker | None = _DEFAULT,
         log_interval_seconds: float | None = None,
-        export_fingerprint: bool = True,
+        hasher_info: bool = True,
     ) -> None:
         self.metrics = metrics_for(registry)
         self.log = logger if logger is not None else structlog.get_logger("mmobs")
-        self.drift: DriftTracker | None = DriftTracker() if drift is _DEFAULT else drift  # type: ignore[assignment]
+        self.drift: DriftTracker | None = DriftTracker() if drift is _DEFAULT else drift
         self._limiter = _LogLimiter(log_interval_seconds) if log_interval_seconds else None
-        self._fingerprint_pending = export_fingerprint
+        self._hasher_info_pending = hasher_info
         self._pillow = PIL.__version__
-
-    # -- fingerprint ----------------------------------------------------------
-
-    def export_fingerprint(self) -> str:
-        """Set ``mmobs_hasher_info`` for this process (idempotent); return the digest."""
-        self._fingerprint_pending = False
-        return export_fingerprint(self.metrics)
 
     # -- hooks ----------------------------------------------------------------
 
@@ -179,7 +182,6 @@ class Instrumentation(HashObserver):
         if event.item_digest is None or self.drift is None:
             return
         media = event.media
-        assert isinstance(media, MediaWithBytes)
         self.metrics.drift_sample_child[event.kind].inc()
         drift = self.drift.observe(event.kind, media, event.item_digest, event.key_source)
         if drift is None:
@@ -199,8 +201,9 @@ class Instrumentation(HashObserver):
     def hashed(self, algorithm: str, seconds: float, nbytes: int) -> None:
         self.metrics.duration_child[algorithm].observe(seconds)
         self.metrics.bytes_child[algorithm].inc(nbytes)
-        if self._fingerprint_pending:
-            self.export_fingerprint()
+        if self._hasher_info_pending:
+            self._hasher_info_pending = False
+            set_hasher_info(self.metrics)
 
     def bad_image(self, error: BadImageError) -> None:
         self.metrics.bad_image_child[error.reason].inc()
@@ -221,8 +224,17 @@ def default_instrumentation() -> Instrumentation:
     return _default
 
 
-def install(registry: CollectorRegistry | None = None, **options: Any) -> Instrumentation:
-    """Create an :class:`Instrumentation` and make it the process-wide observer."""
-    instrumentation = Instrumentation(registry, **options)
+def install(
+    registry: CollectorRegistry | None = None,
+    *,
+    logger: Any = None,
+    drift: DriftTracker | None = _DEFAULT,
+    log_interval_seconds: float | None = None,
+    hasher_info: bool = True,
+) -> Instrumentation:
+    """Create an :class:`Instrumentation` (same options) and make it the process-wide observer."""
+    instrumentation = Instrumentation(
+        registry, logger=logger, drift=drift, log_interval_seconds=log_interval_seconds, hasher_info=hasher_info
+    )
     set_observer(instrumentation)
     return instrumentation

@@ -14,6 +14,8 @@ from typing import Any, Literal, TextIO
 
 import structlog
 
+__all__ = ["MAX_FIELD_CHARS", "LogFormat", "configure_logging", "safe_text"]
+
 #: Longest text (an exception message, a header) that goes into a log field.
 MAX_FIELD_CHARS = 200
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-T = TypeVar("T")
+__all__ = ["MediaWithBytes", "is_media_with_bytes"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(eq=False)
-class MediaWithBytes(Generic[T]):
+class MediaWithBytes(Generic[_T]):
     """A decoded image or video together with its original encoded bytes.
 
     Keying by the original bytes is both faster than keying by pixels and
@@ -23,7 +26,7 @@ class MediaWithBytes(Generic[T]):
     the PIL image it holds; ``np.asarray(wrapper)`` gives the media's array.
     """
 
-    media: T
+    media: _T
     original_bytes: bytes
     io_config: dict[str, Any] | None = None
 
@@ -36,3 +39,16 @@ class MediaWithBytes(Generic[T]):
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         return np.asarray(self.media, dtype=dtype)
+
+
+def is_media_with_bytes(obj: object) -> bool:
+    """Whether ``obj`` is mmobs's :class:`MediaWithBytes` or vLLM's own class of that name.
+
+    Inside vLLM (the plugin, a router keying what vLLM's loader produced) the
+    objects to key are vLLM's; both carry the same three fields and key alike.
+    vLLM is never imported for this: only an already-loaded vLLM is recognised.
+    """
+    if isinstance(obj, MediaWithBytes):
+        return True
+    vllm_media = sys.modules.get("vllm.multimodal.media.base")
+    return vllm_media is not None and isinstance(obj, vllm_media.MediaWithBytes)

@@ -1,8 +1,10 @@
-"""Every Prometheus metric mmobs exports, defined once.
+"""Every Prometheus metric mmobs exports, declared once.
 
-Dashboards, recording rules and alerts under ``dashboards/`` are checked
-against :data:`METRIC_NAMES` by the tests, so a rename here that is not made
-there fails the build.
+Each metric is a :class:`MetricSpec` in :data:`HASHER_METRICS` or
+:data:`HTTP_METRICS`; the metric classes are built from those declarations,
+and :data:`METRIC_NAMES` (which the dashboards, rules and README are checked
+against by the tests) is derived from them, so a metric cannot exist in one
+place and not the other.
 
 All label values come from closed sets (:data:`EXCEPTION_LABELS`,
 :data:`~mmobs.events.MEDIA_KINDS`, :data:`~mmobs.errors.BAD_IMAGE_REASONS`...)
@@ -14,47 +16,51 @@ Children are cached in dicts so the hot path is a dict lookup and an ``inc``.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from .errors import BAD_IMAGE_REASONS
 from .hashing import ALGORITHMS
 
-#: Exception classes Pillow's EXIF code is known to raise; anything else is ``other``.
-EXCEPTION_LABELS: tuple[str, ...] = (
-    "SyntaxError",
-    "struct.error",
-    "UnicodeDecodeError",
-    "ValueError",
-    "TypeError",
-    "KeyError",
-    "IndexError",
-    "EOFError",
-    "OSError",
-    "OverflowError",
-    "RecursionError",
-    "MemoryError",
-    "ZeroDivisionError",
-    "AttributeError",
-    "other",
+__all__ = [
+    "EXCEPTION_LABELS",
+    "HASHER_METRICS",
+    "HASH_BUCKETS",
+    "HTTP_METRICS",
+    "METRIC_NAMES",
+    "REQUEST_BUCKETS",
+    "STATUS_CLASSES",
+    "HasherMetrics",
+    "HttpMetrics",
+    "MetricSpec",
+    "exception_label",
+]
+
+#: Exception classes Pillow's EXIF code is known to raise, with their label; anything else is ``other``.
+_KNOWN_EXCEPTIONS: tuple[type[BaseException], ...] = (
+    SyntaxError,
+    struct.error,
+    UnicodeDecodeError,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    EOFError,
+    OSError,
+    OverflowError,
+    RecursionError,
+    MemoryError,
+    ZeroDivisionError,
+    AttributeError,
 )
 _LABEL_OF_TYPE: dict[type[BaseException], str] = {
-    SyntaxError: "SyntaxError",
-    struct.error: "struct.error",
-    UnicodeDecodeError: "UnicodeDecodeError",
-    ValueError: "ValueError",
-    TypeError: "TypeError",
-    KeyError: "KeyError",
-    IndexError: "IndexError",
-    EOFError: "EOFError",
-    OSError: "OSError",
-    OverflowError: "OverflowError",
-    RecursionError: "RecursionError",
-    MemoryError: "MemoryError",
-    ZeroDivisionError: "ZeroDivisionError",
-    AttributeError: "AttributeError",
+    error_type: "struct.error" if error_type is struct.error else error_type.__name__
+    for error_type in _KNOWN_EXCEPTIONS
 }
+EXCEPTION_LABELS: tuple[str, ...] = (*_LABEL_OF_TYPE.values(), "other")
 
 #: (kind, key_source) pairs the hasher can produce.
 MEDIA_KEY_SOURCES: tuple[tuple[str, str], ...] = (
@@ -75,6 +81,84 @@ HASH_BUCKETS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0
 REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric: the attribute that holds it, its type, exposed name, help, labels, options."""
+
+    attribute: str
+    type: type[Counter] | type[Gauge] | type[Histogram]
+    name: str
+    documentation: str
+    labels: tuple[str, ...]
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def build(self, registry: CollectorRegistry, **overrides: Any) -> Any:
+        return self.type(
+            self.name, self.documentation, self.labels, registry=registry, **{**self.options, **overrides}
+        )
+
+
+HASHER_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "exif_fallbacks", Counter, "mmobs_exif_fallback_total",
+        "Exceptions swallowed by the tolerant EXIF ImageID read; the key fell back.", ("kind", "exception"),
+    ),
+    MetricSpec(
+        "transpose_failures", Counter, "mmobs_exif_transpose_failures_total",
+        "Exceptions swallowed while applying the EXIF orientation.", ("exception",),
+    ),
+    MetricSpec(
+        "media_keys", Counter, "mmobs_media_keys_total",
+        "Media items keyed, by where the key came from.", ("kind", "key_source"),
+    ),
+    MetricSpec(
+        "hash_duration", Histogram, "mmobs_hash_duration_seconds",
+        "Wall time of each hash_kwargs call.", ("algorithm",), {"buckets": HASH_BUCKETS},
+    ),
+    MetricSpec("hashed_bytes", Counter, "mmobs_hashed_bytes_total", "Bytes fed to the digest.", ("algorithm",)),
+    MetricSpec(
+        "bad_images", Counter, "mmobs_bad_images_total", "Inputs the image loader refused, by reason.", ("reason",),
+    ),
+    MetricSpec(
+        "drift", Counter, "mmobs_cache_key_drift_total",
+        "The same content seen with a different key than before.", ("kind",),
+    ),
+    MetricSpec(
+        "drift_samples", Counter, "mmobs_cache_key_drift_samples_total",
+        "Media items the drift tracker sampled (the denominator of the drift ratio).", ("kind",),
+    ),
+    MetricSpec(
+        "hasher_info", Gauge, "mmobs_hasher_info",
+        "Always 1. The fingerprint label digests the keys of built-in reference "
+        "inputs: replicas that would key an image differently disagree on it.",
+        ("fingerprint", "mmobs", "pillow", "numpy"), {"multiprocess_mode": "max"},
+    ),
+)  # fmt: skip
+
+HTTP_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "requests", Counter, "mmobs_http_requests_total",
+        "HTTP requests, by route template, method and status class.", ("route", "method", "status_class"),
+    ),
+    MetricSpec(
+        "duration", Histogram, "mmobs_http_request_duration_seconds",
+        "Time to the last response body chunk, by route template and method.", ("route", "method"),
+        {"buckets": REQUEST_BUCKETS},
+    ),
+    MetricSpec(
+        "image_requests", Counter, "mmobs_http_image_requests_total",
+        "HTTP requests that loaded or keyed at least one image, by status class.", ("route", "status_class"),
+    ),
+    MetricSpec(
+        "fallback_requests", Counter, "mmobs_http_exif_fallback_requests_total",
+        "HTTP requests in which at least one EXIF fallback ran.", ("route",),
+    ),
+)  # fmt: skip
+
+#: Every exported metric family name (counters with their ``_total``).
+METRIC_NAMES: frozenset[str] = frozenset(spec.name for spec in (*HASHER_METRICS, *HTTP_METRICS))
+
+
 @lru_cache(maxsize=512)
 def exception_label(error_type: type[BaseException]) -> str:
     """The closed-set label for an exception class (its nearest known base)."""
@@ -86,82 +170,33 @@ def exception_label(error_type: type[BaseException]) -> str:
 
 
 class HasherMetrics:
-    """The hashing and loading metrics, in one registry.
+    """The hashing and loading metrics (:data:`HASHER_METRICS`), in one registry.
 
     ``registry=None`` means prometheus_client's global ``REGISTRY``. Under
     ``PROMETHEUS_MULTIPROC_DIR`` the values live in the shared directory and
     are read back by :func:`mmobs.exposition.collect`.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        registry = REGISTRY if registry is None else registry
-        self.registry = registry
-        self.exif_fallbacks = Counter(
-            "mmobs_exif_fallback_total",
-            "Exceptions swallowed by the tolerant EXIF ImageID read; the key fell back.",
-            ["kind", "exception"],
-            registry=registry,
-        )
-        self.transpose_failures = Counter(
-            "mmobs_exif_transpose_failures_total",
-            "Exceptions swallowed while applying the EXIF orientation.",
-            ["exception"],
-            registry=registry,
-        )
-        self.media_keys = Counter(
-            "mmobs_media_keys_total",
-            "Media items keyed, by where the key came from.",
-            ["kind", "key_source"],
-            registry=registry,
-        )
-        self.hash_duration = Histogram(
-            "mmobs_hash_duration_seconds",
-            "Wall time of each hash_kwargs call.",
-            ["algorithm"],
-            buckets=HASH_BUCKETS,
-            registry=registry,
-        )
-        self.hashed_bytes = Counter(
-            "mmobs_hashed_bytes_total",
-            "Bytes fed to the digest.",
-            ["algorithm"],
-            registry=registry,
-        )
-        self.bad_images = Counter(
-            "mmobs_bad_images_total",
-            "Inputs the image loader refused, by reason.",
-            ["reason"],
-            registry=registry,
-        )
-        self.drift = Counter(
-            "mmobs_cache_key_drift_total",
-            "The same content seen with a different key than before.",
-            ["kind"],
-            registry=registry,
-        )
-        self.drift_samples = Counter(
-            "mmobs_cache_key_drift_samples_total",
-            "Media items the drift tracker sampled (the denominator of the drift ratio).",
-            ["kind"],
-            registry=registry,
-        )
-        self.hasher_info = Gauge(
-            "mmobs_hasher_info",
-            "Always 1. The fingerprint label digests the keys of built-in reference "
-            "inputs: replicas that would key an image differently disagree on it.",
-            ["fingerprint", "mmobs", "pillow", "numpy"],
-            multiprocess_mode="max",
-            registry=registry,
-        )
+    exif_fallbacks: Counter
+    transpose_failures: Counter
+    media_keys: Counter
+    hash_duration: Histogram
+    hashed_bytes: Counter
+    bad_images: Counter
+    drift: Counter
+    drift_samples: Counter
+    hasher_info: Gauge
 
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry = REGISTRY if registry is None else registry
+        for spec in HASHER_METRICS:
+            setattr(self, spec.attribute, spec.build(registry))
         self.fallback_child = {
             (kind, label): self.exif_fallbacks.labels(kind, label)
             for kind in FALLBACK_KINDS
             for label in EXCEPTION_LABELS
         }
-        self.transpose_child = {
-            label: self.transpose_failures.labels(label) for label in EXCEPTION_LABELS
-        }
+        self.transpose_child = {label: self.transpose_failures.labels(label) for label in EXCEPTION_LABELS}
         self.media_key_child = {pair: self.media_keys.labels(*pair) for pair in MEDIA_KEY_SOURCES}
         self.duration_child = {a: self.hash_duration.labels(a) for a in ALGORITHMS}
         self.bytes_child = {a: self.hashed_bytes.labels(a) for a in ALGORITHMS}
@@ -171,53 +206,14 @@ class HasherMetrics:
 
 
 class HttpMetrics:
-    """Request metrics recorded by :class:`mmobs.middleware.MMObsMiddleware`."""
+    """Request metrics (:data:`HTTP_METRICS`) recorded by :class:`mmobs.middleware.MMObsMiddleware`."""
+
+    requests: Counter
+    duration: Histogram
+    image_requests: Counter
+    fallback_requests: Counter
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        registry = REGISTRY if registry is None else registry
-        self.registry = registry
-        self.requests = Counter(
-            "mmobs_http_requests_total",
-            "HTTP requests, by route template, method and status class.",
-            ["route", "method", "status_class"],
-            registry=registry,
-        )
-        self.duration = Histogram(
-            "mmobs_http_request_duration_seconds",
-            "Time to the last response body chunk, by route template and method.",
-            ["route", "method"],
-            buckets=REQUEST_BUCKETS,
-            registry=registry,
-        )
-        self.image_requests = Counter(
-            "mmobs_http_image_requests_total",
-            "HTTP requests that loaded or keyed at least one image, by status class.",
-            ["route", "status_class"],
-            registry=registry,
-        )
-        self.fallback_requests = Counter(
-            "mmobs_http_exif_fallback_requests_total",
-            "HTTP requests in which at least one EXIF fallback ran.",
-            ["route"],
-            registry=registry,
-        )
-
-
-#: Every exported metric family name (counters with their ``_total``).
-METRIC_NAMES: frozenset[str] = frozenset(
-    {
-        "mmobs_exif_fallback_total",
-        "mmobs_exif_transpose_failures_total",
-        "mmobs_media_keys_total",
-        "mmobs_hash_duration_seconds",
-        "mmobs_hashed_bytes_total",
-        "mmobs_bad_images_total",
-        "mmobs_cache_key_drift_total",
-        "mmobs_cache_key_drift_samples_total",
-        "mmobs_hasher_info",
-        "mmobs_http_requests_total",
-        "mmobs_http_request_duration_seconds",
-        "mmobs_http_image_requests_total",
-        "mmobs_http_exif_fallback_requests_total",
-    }
-)
+        self.registry = registry = REGISTRY if registry is None else registry
+        for spec in HTTP_METRICS:
+            setattr(self, spec.attribute, spec.build(registry))

@@ -30,7 +30,6 @@ from time import perf_counter
 from typing import Any
 
 import structlog
-from PIL import Image, UnidentifiedImageError
 from prometheus_client import REGISTRY, CollectorRegistry
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -40,8 +39,8 @@ from .errors import BadImageError
 from .events import get_observer
 from .exposition import MetricsEndpoint
 from .http_errors import bad_image_body, send_json
-from .image_io import report_bad_image
-from .instrument import Instrumentation, export_fingerprint, install, metrics_for
+from .image_io import bad_image_from_pillow, pillow_error_reason, report_bad_image
+from .instrument import Instrumentation, install, metrics_for, set_hasher_info
 from .logs import safe_text
 from .metrics import STATUS_CLASSES, HttpMetrics
 from .routing import RouteResolver, endpoint_templates
@@ -61,17 +60,6 @@ def _http_metrics_for(registry: CollectorRegistry) -> HttpMetrics:
     if metrics is None:
         metrics = _http_metrics[registry] = HttpMetrics(registry)
     return metrics
-
-
-def pillow_error_as_bad_image(error: Exception) -> BadImageError | None:
-    """Map Pillow's own decode errors to a :class:`BadImageError`, or None."""
-    if isinstance(error, UnidentifiedImageError):
-        return BadImageError("unidentified", f"the bytes are not a recognised image format: {error}")
-    if isinstance(error, Image.DecompressionBombError):
-        return BadImageError("too_many_pixels", f"the image declares too many pixels: {error}")
-    if isinstance(error, OSError) and "truncated" in str(error):
-        return BadImageError("truncated", f"the image data ends early: {error}")
-    return None
 
 
 class MMObsMiddleware:
@@ -100,15 +88,9 @@ class MMObsMiddleware:
         route_resolver: Callable[[Scope], str] | None = None,
     ) -> None:
         self.app = app
-        if registry is not None and registry is not REGISTRY:
-            observer = get_observer()
-            if not (isinstance(observer, Instrumentation) and observer.metrics.registry is registry):
-                install(registry)
-        registry = REGISTRY if registry is None else registry
-        self.metrics = _http_metrics_for(registry)
-        export_fingerprint(metrics_for(registry))
+        self.registry = REGISTRY if registry is None else registry
         self.metrics_path = metrics_path
-        self.metrics_endpoint = MetricsEndpoint(registry, metrics_token) if metrics_path else None
+        self.metrics_endpoint = MetricsEndpoint(self.registry, metrics_token) if metrics_path else None
         self.request_id_header = request_id_header.lower()
         self._request_id_key = self.request_id_header.encode("latin-1")
         self.pillow_errors_as_bad_images = pillow_errors_as_bad_images
@@ -116,15 +98,18 @@ class MMObsMiddleware:
         # Label children by (metric, label values): labels() locks and
         # validates on every call. Routes come from the app's table: bounded.
         self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
-        self._warmed = False
+        self.metrics: HttpMetrics | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan" and self.metrics is None:
+            await self.app(scope, self._warm_on_startup(scope, receive), send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
 
         started = perf_counter()
-        if not self._warmed:
+        if self.metrics is None:
             self._warm(scope)
         request_id = self._request_id(scope)
         metrics_request = self.metrics_endpoint is not None and scope["path"] == self.metrics_path
@@ -175,25 +160,45 @@ class MMObsMiddleware:
             current_request.reset(stats_token)
             self._record(route, method, status, (finished or perf_counter()) - started, stats)
 
-    def _warm(self, scope: Scope) -> None:
-        """Create the per-route image series at zero when the route table is known.
+    def _warm_on_startup(self, scope: Scope, receive: Receive) -> Receive:
+        """A ``receive`` that warms up when the server announces start-up."""
 
-        A counter series born at 1 hides its first increment from ``rate()``
-        (the first 5xx on an image route, say); born at 0 on the first request
-        of any kind, it is scraped at 0 before the traffic it counts.
+        async def receive_startup() -> Message:
+            message = await receive()
+            if message["type"] == "lifespan.startup" and self.metrics is None:
+                self._warm(scope)
+            return message
+
+        return receive_startup
+
+    def _warm(self, scope: Scope) -> None:
+        """Register the metrics, set the fleet fingerprint, create per-route series at zero.
+
+        Done once, at start-up (or on the first request of a server without
+        lifespan), so that constructing the middleware has no side effects. A
+        counter series born at 1 hides its first increment from ``rate()``
+        (the first 5xx on an image route, say); born at 0 before any traffic,
+        it is scraped at 0 before the traffic it counts.
         """
-        self._warmed = True
+        registry = self.registry
+        self.metrics = metrics = _http_metrics_for(registry)
+        observer = get_observer()  # installs the default instrumentation if nobody chose one
+        if registry is not REGISTRY and not (
+            isinstance(observer, Instrumentation) and observer.metrics.registry is registry
+        ):
+            install(registry)
+        set_hasher_info(metrics_for(registry))
         app = scope.get("app") or self.app
         for template in endpoint_templates(getattr(app, "routes", None) or ()):
             for status_class in STATUS_CLASSES:
-                self.metrics.image_requests.labels(template, status_class)
-            self.metrics.fallback_requests.labels(template)
+                metrics.image_requests.labels(template, status_class)
+            metrics.fallback_requests.labels(template)
 
     def _as_bad_image(self, error: Exception) -> BadImageError | None:
         if isinstance(error, BadImageError):
             return error
-        if self.pillow_errors_as_bad_images:
-            return pillow_error_as_bad_image(error)
+        if self.pillow_errors_as_bad_images and pillow_error_reason(error) is not None:
+            return bad_image_from_pillow(error, "image")
         return None
 
     def _request_id(self, scope: Scope) -> str:
@@ -215,6 +220,7 @@ class MMObsMiddleware:
         return child
 
     def _record(self, route: str, method: str, status: int, seconds: float, stats: RequestStats) -> None:
+        assert self.metrics is not None
         status_class = f"{status // 100}xx" if 100 <= status < 600 else "5xx"
         self._child(self.metrics.requests, route, method, status_class).inc()
         self._child(self.metrics.duration, route, method).observe(seconds)

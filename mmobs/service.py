@@ -13,7 +13,6 @@ prometheus_client's multiprocess mode so ``/metrics`` sums every worker.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Awaitable, Callable
@@ -32,16 +31,14 @@ from starlette.routing import Route
 from starlette.types import Message, Receive
 
 from ._version import __version__
-from .errors import BadImageError
+from .config import ServiceConfig
+from .errors import BadImageError, InvalidOptionError
 from .events import RecordingObserver, get_observer, observing
 from .fetch import RemoteFetcher
 from .fingerprint import process_fingerprint
 from .hashing import ALGORITHMS, MultiModalHasher
 from .http_errors import error_body
 from .image_io import (
-    DEFAULT_FORMATS,
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_PIXELS,
     ImageMediaIO,
     load_data_url,
     report_bad_image,
@@ -50,46 +47,10 @@ from .logs import configure_logging
 from .media import MediaWithBytes
 from .middleware import MMObsMiddleware
 
-CONFIG_ENV = "MMOBS_SERVICE_CONFIG"
+__all__ = ["HashService", "RequestError", "ServiceConfig", "create_app"]
+
 _MAX_OPTION_DEPTH = 16
 _MAX_MODEL_ID_CHARS = 512
-
-
-@dataclass(frozen=True)
-class ServiceConfig:
-    """Limits and switches of the reference service."""
-
-    max_body_bytes: int = 64 * 1024 * 1024
-    max_images: int = 64
-    max_image_bytes: int = DEFAULT_MAX_BYTES
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    #: Pillow formats the loader opens; ``None`` opens every format Pillow reads.
-    image_formats: tuple[str, ...] | None = DEFAULT_FORMATS
-    metrics_path: str | None = "/metrics"
-    metrics_token: str | None = None
-    #: Hosts remote ``http(s)`` image URLs may come from; empty refuses them all.
-    allowed_hosts: tuple[str, ...] = ()
-    fetch_timeout_seconds: float = 5.0
-    #: Only for tests on loopback: let the fetcher reach private addresses.
-    fetch_allow_private: bool = False
-    pillow_errors_as_bad_images: bool = True
-    #: When set, ``create_app`` configures structlog ("json" or "console").
-    log_format: str | None = None
-    log_level: str = "info"
-
-    def to_env(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
-
-    @classmethod
-    def from_env(cls) -> ServiceConfig:
-        raw = os.environ.get(CONFIG_ENV)
-        if not raw:
-            return cls()
-        values = json.loads(raw)
-        values["allowed_hosts"] = tuple(values.get("allowed_hosts", ()))
-        if values.get("image_formats") is not None:
-            values["image_formats"] = tuple(values["image_formats"])
-        return cls(**values)
 
 
 class RequestError(Exception):
@@ -231,9 +192,8 @@ class HashService:
                 max_bytes=self.config.max_image_bytes,
                 formats=self.config.image_formats,
             )
-        except ValueError as error:  # the message names the option, and so does param
-            param = "image_mode" if "image_mode" in str(error) else "rgba_background_color"
-            raise RequestError(400, "invalid_option", str(error)[:300], param) from None
+        except InvalidOptionError as error:
+            raise RequestError(400, "invalid_option", error.message[:300], error.param) from None
         extras: dict[str, Any] = {}
         if "model_id" in options:
             model_id = options["model_id"]

@@ -305,7 +305,7 @@ class Harness:
         self.rgb = M.ImageMediaIO(max_pixels=max_pixels, max_bytes=max_bytes)
         self.native = M.ImageMediaIO(image_mode=None, max_pixels=max_pixels, max_bytes=max_bytes)
         self.instrumentation = M.Instrumentation(
-            M.CollectorRegistry(), logger=_NullLogger(), drift=None, export_fingerprint=False
+            M.CollectorRegistry(), logger=_NullLogger(), drift=None, hasher_info=False
         )
         self.counting = counting_observer(self.instrumentation)
         self.stats = Stats()

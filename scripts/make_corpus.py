@@ -586,7 +586,8 @@ def _image_cases() -> list[Case]:
     add("exif-flag-without-chunk.webp", _webp_exif_flag_without_chunk(), _extra("exif-flag-without-chunk.webp"),
         "VP8X says EXIF follows; no EXIF chunk", "WEBP")
     # The image mode decides whether the loader's conversion hands the hasher a fresh
-    # EXIF parse (convert() copies info) or none at all (RGBA is composited onto a new image).
+    # EXIF parse (convert() copies info) or none at all (RGBA and LA, like every image with
+    # transparency, are composited onto a new image).
     bad_header, short_header = EXIF_VARIANTS["bad-tiff-header"][0], EXIF_VARIANTS["short-tiff-header"][0]
     for mode in ("L", "P", "LA", "RGBA"):
         base = encode(_mode_image(mode), "PNG")
@@ -762,7 +763,7 @@ EXTRA_EXPECT: dict[str, tuple] = {
     "exif-flag-without-chunk.webp": ok(False),
     "exif-bad-tiff-header-l.png": ok(True),
     "exif-bad-tiff-header-p.png": ok(True),
-    "exif-bad-tiff-header-la.png": ok(True),
+    "exif-bad-tiff-header-la.png": ok(False),
     "exif-bad-tiff-header-rgba.png": ok(False),
     "exif-short-tiff-header-l.png": ok(True),
     "exif-bad-tiff-header-rgba.webp": ok(False),

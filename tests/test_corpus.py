@@ -170,7 +170,7 @@ def test_make_corpus_writes_the_files(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def private_instrumentation() -> Instrumentation:
     """Counters in a registry of their own, so the global metrics never move here."""
-    return Instrumentation(CollectorRegistry(), logger=_NullLogger(), drift=None, export_fingerprint=False)
+    return Instrumentation(CollectorRegistry(), logger=_NullLogger(), drift=None, hasher_info=False)
 
 
 def _fallbacks_counted(instrumentation: Instrumentation) -> float:

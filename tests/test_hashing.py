@@ -708,10 +708,27 @@ def test_video_keys_by_the_smaller_of_frames_and_bytes(original_len: int, key_so
     assert [(e.kind, e.key_source) for e in rec.keyed] == [("video", key_source)]
 
 
-def test_media_holding_something_else_is_a_type_error() -> None:
-    """There is no key format for other media; say so instead of guessing."""
-    with pytest.raises(TypeError, match="str"):
-        hash_kwargs("blake3", m=MediaWithBytes("not media", b"bytes"))
+def test_media_holding_something_else_is_pickled_whole(record: Any) -> None:
+    """Other media have no key format: the whole object is pickled, as vLLM does, with a warning."""
+    media = MediaWithBytes("not media", b"bytes")
+    with record() as rec, pytest.warns(mmobs.UnsupportedTypeWarning, match="MediaWithBytes"):
+        key = hash_kwargs("blake3", m=media)
+    assert key == stream_key(FR(b"m") + b"\x03" + FR(pickle.dumps(media)))
+    assert rec.keyed == []
+
+
+def test_video_frames_as_a_tensor_key_like_vllm(record: Any) -> None:
+    """vLLM's video decoders may hand back frames as a tensor: keyed as the tensor item."""
+    torch = pytest.importorskip("torch", reason="torch is an optional dependency of mmobs")
+    frames = torch.arange(96, dtype=torch.uint8).reshape(2, 4, 4, 3)
+    with record() as rec:
+        small = hash_kwargs("blake3", video=MediaWithBytes(frames, b"\x07" * 97))
+        large = hash_kwargs("blake3", video=MediaWithBytes(frames, b"\x07" * 96))
+    tensor_item = b"".join(ref_item("tensor", frames.numpy()))
+    assert small == stream_key(FR(b"video") + b"\x03" + FR(b"video") + b"\x03" + tensor_item)
+    assert large == stream_key(FR(b"video") + b"\x03" + b"".join(ref_item("video", b"\x07" * 96)))
+
+    assert [(e.kind, e.key_source) for e in rec.keyed] == [("video", "frames"), ("video", "original_bytes")]
 
 
 # =============================================================================
@@ -857,6 +874,14 @@ def test_unsupported_type_is_pickled_with_a_warning(value: Any) -> None:
     with pytest.warns(mmobs.UnsupportedTypeWarning, match=type(value).__qualname__):
         key = hash_kwargs("blake3", v=value)
     assert key == stream_key(FR(b"v") + b"\x03" + FR(pickle.dumps(value)))
+
+
+def test_zero_d_object_array_keys_its_item_like_vllm() -> None:
+    """A 0-d array of any dtype is keyed by ``.item()``, objects included (vLLM's rule)."""
+    value = np.array({"a": 1, "b": [2.5, None]}, dtype=object)
+    fields = {"dtype": "|O", "shape": (), "data": {"a": 1, "b": [2.5, None]}}
+    expected = FR(b"v") + b"\x03" + b"".join(ref_item("ndarray", fields))
+    assert hash_kwargs("blake3", v=value) == stream_key(expected)
 
 
 def test_supported_types_do_not_warn(recwarn: pytest.WarningsRecorder) -> None:

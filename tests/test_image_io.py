@@ -514,6 +514,47 @@ def test_rgba_is_composited_onto_the_background() -> None:
     assert [media.media.getpixel((x, 0)) for x in range(2)] == [(1, 2, 3), (200, 100, 50)]
 
 
+def _transparent_sources() -> dict[str, bytes]:
+    """One encoded image per way of carrying transparency, each with one transparent pixel."""
+    la = Image.new("LA", (2, 1))
+    la.putpixel((0, 0), (10, 0))
+    la.putpixel((1, 0), (200, 255))
+    palette = Image.new("P", (2, 1))
+    palette.putpalette([10, 20, 30, 200, 100, 50])
+    palette.putpixel((1, 0), 1)
+    gray = Image.new("L", (2, 1))
+    gray.putpixel((1, 0), 200)
+    rgb = Image.new("RGB", (2, 1))
+    rgb.putpixel((1, 0), (200, 100, 50))
+    return {
+        "LA": encode(la, "PNG"),
+        "P+tRNS": encode(palette, "PNG", transparency=0),
+        "L+tRNS": encode(gray, "PNG", transparency=0),
+        "RGB+tRNS": encode(rgb, "PNG", transparency=(0, 0, 0)),
+    }
+
+
+@pytest.mark.parametrize("source", ["LA", "P+tRNS", "L+tRNS", "RGB+tRNS"])
+def test_every_transparency_is_composited_onto_the_background(source: str) -> None:
+    """vLLM composites any image with transparency (LA, PA, a tRNS entry), not only RGBA.
+
+    The transparent pixel takes the background colour; io_config is set even
+    for an RGB image whose only change is its transparent colour.
+    """
+    media = ImageMediaIO(rgba_background_color=(1, 2, 3)).load_bytes(_transparent_sources()[source])
+    assert media.media.mode == "RGB"
+    assert media.media.getpixel((0, 0)) == (1, 2, 3)
+    assert media.media.getpixel((1, 0))[0] == 200
+    assert media.io_config == {"image_mode": "RGB", "rgba_background_color": (1, 2, 3)}
+
+
+def test_transparency_is_kept_when_converting_to_another_mode() -> None:
+    """Compositing belongs to RGB only: to L, an LA image goes through convert."""
+    media = ImageMediaIO(image_mode="L").load_bytes(_transparent_sources()["LA"])
+    assert media.media.mode == "L"
+    assert media.media.getpixel((0, 0)) == 10
+
+
 def test_background_colour_changes_the_key() -> None:
     """Different compositing, different key (io_config is part of it)."""
     data = png_bytes("RGBA")

@@ -871,7 +871,7 @@ def test_pillow_errors_as_bad_images(registry: CollectorRegistry) -> None:
     assert response.status_code == 400
     error = response.json()["error"]
     assert (error["code"], error["reason"], error["type"]) == ("bad_image", "unidentified", "invalid_request_error")
-    assert error["message"].startswith("the bytes are not a recognised image format: ")
+    assert error["message"].startswith("the bytes are not a recognised image format (UnidentifiedImageError: ")
     assert value(registry, "mmobs_bad_images_total", reason="unidentified") == 1.0
     assert value(registry, REQUESTS, route="/pillow", method="GET", status_class="4xx") == 1.0
 

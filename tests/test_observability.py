@@ -40,7 +40,7 @@ def registry() -> CollectorRegistry:
 @pytest.fixture
 def instr(registry: CollectorRegistry):
     """An Instrumentation on a private registry, in force for this test's context."""
-    instrumentation = Instrumentation(registry, export_fingerprint=False)
+    instrumentation = Instrumentation(registry, hasher_info=False)
     with observing(instrumentation):
         yield instrumentation
 
@@ -201,7 +201,7 @@ def test_request_context_reaches_hashing_events(registry, instr):
 
 
 def test_log_rate_limit_limits_logs_not_counts(registry):
-    limited = Instrumentation(registry, log_interval_seconds=3600, export_fingerprint=False)
+    limited = Instrumentation(registry, log_interval_seconds=3600, hasher_info=False)
     with observing(limited), capture_logs() as logs:
         for _ in range(4):
             MultiModalHasher.hash_kwargs("blake3", image=ImageMediaIO().load_bytes(BAD_HEADER_JPEG))
@@ -246,7 +246,7 @@ def _uuid_media(data: bytes, image_id: uuid.UUID) -> MediaWithBytes:
 
 
 def test_drift_counted_once_when_key_source_changes(registry):
-    tracked = Instrumentation(registry, drift=DriftTracker(sample_rate=1.0), export_fingerprint=False)
+    tracked = Instrumentation(registry, drift=DriftTracker(sample_rate=1.0), hasher_info=False)
     with observing(tracked), capture_logs() as logs:
         MultiModalHasher.hash_kwargs("blake3", image=_uuid_media(PHOTO_JPEG, uuid.UUID(int=7)))
         MultiModalHasher.hash_kwargs("blake3", image=_uuid_media(PHOTO_JPEG, uuid.UUID(int=7)))
@@ -261,7 +261,7 @@ def test_drift_counted_once_when_key_source_changes(registry):
 
 
 def test_drift_when_decode_config_changes(registry):
-    tracked = Instrumentation(registry, drift=DriftTracker(sample_rate=1.0), export_fingerprint=False)
+    tracked = Instrumentation(registry, drift=DriftTracker(sample_rate=1.0), hasher_info=False)
     rgba = golden.input_bytes("rgba.png")
     with observing(tracked):
         MultiModalHasher.hash_kwargs("blake3", image=ImageMediaIO().load_bytes(rgba))
@@ -270,7 +270,7 @@ def test_drift_when_decode_config_changes(registry):
 
 
 def test_unchanged_keys_never_drift(registry):
-    tracked = Instrumentation(registry, drift=DriftTracker(sample_rate=1.0), export_fingerprint=False)
+    tracked = Instrumentation(registry, drift=DriftTracker(sample_rate=1.0), hasher_info=False)
     with observing(tracked):
         for _ in range(5):
             for name in ("photo.jpg", "rgb.png", "bad-exif-header.jpg"):
@@ -360,10 +360,12 @@ def test_fingerprint_covers_malformed_exif_paths():
     assert {"media:bad-exif-header.jpg", "open:bad-exif-chunk.png", "media:palette.png", "media:gray16.png"} <= set(keys)
 
 
-def test_hasher_info_exported(registry):
+def test_hasher_info_set_on_first_hash(registry):
     instrumentation = Instrumentation(registry)
-    digest = instrumentation.export_fingerprint()
-    assert digest == compute_fingerprint().digest
+    assert registry.get_sample_value("mmobs_hasher_info", None) is None
+    with observing(instrumentation):
+        MultiModalHasher.hash_kwargs("blake3", x=1)
+    digest = compute_fingerprint().digest
     labels = {"fingerprint": digest, "mmobs": mmobs.__version__,
               "pillow": __import__("PIL").__version__, "numpy": __import__("numpy").__version__}
     assert registry.get_sample_value("mmobs_hasher_info", labels) == 1.0

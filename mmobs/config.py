@@ -1,0 +1,57 @@
+"""The reference service's settings, in one place: its constructor, the CLI's defaults, the workers.
+
+Kept free of Starlette and uvicorn so that ``mmobs`` subcommands other than
+``serve`` (and ``--help``) can read the defaults without loading a web stack.
+With several workers, ``mmobs serve`` passes the settings to each worker
+process through the :data:`CONFIG_ENV` environment variable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+
+from .image_io import DEFAULT_FORMATS, DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
+
+__all__ = ["CONFIG_ENV", "ServiceConfig"]
+
+CONFIG_ENV = "MMOBS_SERVICE_CONFIG"
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Limits and switches of the reference service."""
+
+    max_body_bytes: int = 64 * 1024 * 1024
+    max_images: int = 64
+    max_image_bytes: int = DEFAULT_MAX_BYTES
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    #: Pillow formats the loader opens; ``None`` opens every format Pillow reads.
+    image_formats: tuple[str, ...] | None = DEFAULT_FORMATS
+    metrics_path: str | None = "/metrics"
+    metrics_token: str | None = None
+    #: Hosts remote ``http(s)`` image URLs may come from; empty refuses them all.
+    allowed_hosts: tuple[str, ...] = ()
+    fetch_timeout_seconds: float = 5.0
+    #: Only for tests on loopback: let the fetcher reach private addresses.
+    fetch_allow_private: bool = False
+    pillow_errors_as_bad_images: bool = True
+    #: When set, ``create_app`` configures structlog ("json" or "console").
+    log_format: str | None = None
+    log_level: str = "info"
+
+    def to_env(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_env(cls) -> ServiceConfig:
+        raw = os.environ.get(CONFIG_ENV)
+        if not raw:
+            return cls()
+        values = json.loads(raw)
+        values["allowed_hosts"] = tuple(values.get("allowed_hosts", ()))
+        if values.get("image_formats") is not None:
+            values["image_formats"] = tuple(values["image_formats"])
+        return cls(**values)
