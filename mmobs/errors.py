@@ -25,6 +25,7 @@ BadImageReason = Literal[
     "bad_data_url",
     "unsupported_url",
     "fetch_failed",
+    "too_costly",
 ]
 
 _MEANINGS: dict[BadImageReason, str] = {
@@ -39,6 +40,7 @@ _MEANINGS: dict[BadImageReason, str] = {
     "bad_data_url": "the data: URL is malformed or not base64-encoded",
     "unsupported_url": "the URL scheme or host is not allowed",
     "fetch_failed": "fetching the remote image failed",
+    "too_costly": "decoding the image would cost far more CPU time or memory than a plain image of its size",
 }
 
 #: Every reason (the ``BadImageReason`` literal, in its order), with what it means
