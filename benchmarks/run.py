@@ -913,12 +913,9 @@ def _short(key: tuple[str, int, str]) -> str:
 
 @contextlib.contextmanager
 def _inline_service(body: bytes) -> Any:
-    """One ``POST /v1/hash`` through ``create_app()`` in-process, its thread-pool work run inline."""
-    import mmobs.service as service_module
+    """One ``POST /v1/hash`` through ``create_app()`` in-process, its decoding run inline (no decode workers)."""
+    from mmobs.decode_pool import InlineDecoder
     from mmobs.service import ServiceConfig, create_app
-
-    async def inline(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return func(*args, **kwargs)
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": body, "more_body": False}
@@ -927,17 +924,15 @@ def _inline_service(body: bytes) -> Any:
         if message["type"] == "http.response.start" and message["status"] != 200:
             raise AssertionError(f"unexpected status {message['status']}")
 
-    app = create_app(ServiceConfig())
+    app = create_app(ServiceConfig(decode_workers=0))
+    app.state.service.decoder = InlineDecoder(threaded=False)  # so one profiler sees it all
     scope = {**_asgi_scope("/v1/hash"), "method": "POST",
              "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
                          (b"content-length", str(len(body)).encode())]}
     loop = asyncio.new_event_loop()
-    original = service_module.run_in_threadpool
-    service_module.run_in_threadpool = inline  # so one profiler sees it all
     try:
         yield lambda: loop.run_until_complete(app(dict(scope), receive, send))
     finally:
-        service_module.run_in_threadpool = original
         loop.close()
 
 

@@ -230,6 +230,7 @@ def cmd_fingerprint(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    max_connections = _raise_open_files_limit(args.limit_concurrency)
     config = ServiceConfig(
         max_body_bytes=args.max_body_bytes,
         max_images=args.max_images,
@@ -242,6 +243,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         allowed_hosts=tuple(args.allow_remote_host),
         log_format=args.log_format,
         log_level=args.log_level,
+        decode_workers=args.decode_workers,
+        max_request_cpu_seconds=args.max_request_cpu_seconds,
+        max_decode_memory_bytes=args.max_decode_memory_mib * 1024 * 1024,
+        decode_queue=args.decode_queue,
+        decode_queue_timeout_seconds=args.decode_queue_timeout,
+        max_buffered_body_bytes=max(ServiceConfig.max_buffered_body_bytes, 2 * args.max_body_bytes),
+        header_timeout_seconds=args.header_timeout,
+        body_timeout_seconds=args.body_timeout,
+        max_connections=max_connections,
     )
     os.environ[CONFIG_ENV] = config.to_env()
     options: dict[str, Any] = {
@@ -250,14 +260,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "access_log": args.access_log,
         "log_level": args.log_level,
         "timeout_graceful_shutdown": 10,
-        "limit_concurrency": args.limit_concurrency,
+        # Header and body deadlines and a connection cap that evicts idle connections
+        # (mmobs.http_guard) instead of uvicorn's limit_concurrency, whose 503s idle sockets trigger.
+        "http": "mmobs.http_guard:GuardedH11Protocol",
+        "ws": "none",
+        "limit_concurrency": None,
         "h11_max_incomplete_event_size": 64 * 1024,
     }
     if args.workers <= 1:
         from .service import create_app
 
         app = create_app(config)
-        _start_metrics_server(args)
+        _start_metrics_server(args, config)
         uvicorn.run(app, **options)
         return 0
     owned_dir = _prepare_multiprocess_dir()
@@ -266,7 +280,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "multiprocess_metrics", workers=args.workers, directory=os.environ["PROMETHEUS_MULTIPROC_DIR"]
     )
     try:
-        _start_metrics_server(args)
+        _start_metrics_server(args, config)
         uvicorn.run("mmobs.service:create_app", factory=True, workers=args.workers, **options)
     finally:
         if owned_dir:
@@ -274,16 +288,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _start_metrics_server(args: argparse.Namespace) -> None:
-    """Serve the metrics on their own port (a listener only Prometheus can reach)."""
+def _start_metrics_server(args: argparse.Namespace, config: ServiceConfig) -> None:
+    """Serve the metrics on their own port (a listener only Prometheus can reach), with the same token."""
     if not args.metrics_port:
         return
-    from prometheus_client import start_http_server
+    from .metrics_server import start_metrics_server
 
-    from .exposition import scrape_registry
+    # In multiprocess mode every scrape re-reads every worker's files.
+    start_metrics_server(args.metrics_port, args.host, config.metrics_token)
 
-    # In multiprocess mode the collector re-reads every worker's files per scrape.
-    start_http_server(args.metrics_port, addr=args.host, registry=scrape_registry())
+
+def _raise_open_files_limit(connections: int) -> int:
+    """Let the process hold ``connections`` sockets; the cap actually possible under the hard limit."""
+    import resource
+
+    reserve = 256  # decode workers' sockets, metrics files, logs, the listening socket
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = connections + reserve
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        possible = max(16, soft - reserve)
+        print(f"mmobs: the open-files limit ({soft}) allows {possible} connections, not {connections}", file=sys.stderr)
+        return possible
+    return connections
 
 
 def _prepare_multiprocess_dir() -> str | None:
@@ -306,6 +339,20 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or a positive integer, not {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
     return value
 
 
@@ -371,8 +418,27 @@ def build_parser() -> argparse.ArgumentParser:
                        help="allow fetching http(s) image URLs from HOST (repeatable; off by default)")
     serve.add_argument("--fetch-allow-private", action="store_true",
                        help="let remote fetches reach private/loopback addresses (testing only)")
-    serve.add_argument("--limit-concurrency", type=_positive, default=1024,
-                       help="answer 503 above this many concurrent connections")
+    serve.add_argument("--limit-concurrency", type=_positive, default=defaults.max_connections, metavar="N",
+                       help="open connections per server process (default %(default)s); at the cap a new connection "
+                            "closes the oldest one that has no request being answered")
+    serve.add_argument("--header-timeout", type=_positive_float, default=defaults.header_timeout_seconds, metavar="S",
+                       help="seconds a connection has to send a request's headers (default %(default)s)")
+    serve.add_argument("--body-timeout", type=_positive_float, default=defaults.body_timeout_seconds, metavar="S",
+                       help="seconds a request has to send its whole body (default %(default)s)")
+    serve.add_argument("--decode-workers", type=_non_negative, default=defaults.decode_workers, metavar="N",
+                       help="decode worker processes per server process (default %(default)s; 0 decodes in the "
+                            "server process, without CPU or memory limits)")
+    serve.add_argument("--max-request-cpu-seconds", type=_positive_float, default=defaults.max_request_cpu_seconds,
+                       metavar="S", help="CPU time one request's decoding and keying may use (default %(default)s); "
+                                         "beyond it the image is refused as too_costly")
+    serve.add_argument("--max-decode-memory-mib", type=_positive, metavar="MIB",
+                       default=defaults.max_decode_memory_bytes >> 20,
+                       help="memory decoding one image may use (default %(default)s); beyond it: too_costly")
+    serve.add_argument("--decode-queue", type=_positive, default=defaults.decode_queue, metavar="N",
+                       help="requests that may wait for a decode worker (default %(default)s); beyond it: 503")
+    serve.add_argument("--decode-queue-timeout", type=_positive_float, metavar="S",
+                       default=defaults.decode_queue_timeout_seconds,
+                       help="seconds a request may wait for a decode worker (default %(default)s); then 503")
     serve.add_argument("--access-log", action="store_true", help="let uvicorn log every request")
     serve.set_defaults(handler=cmd_serve)
     return parser

@@ -41,6 +41,22 @@ class ServiceConfig:
     #: When set, ``create_app`` configures structlog ("json" or "console").
     log_format: str | None = None
     log_level: str = "info"
+    #: Decode worker processes per server process (0: decode in the server, without limits).
+    decode_workers: int = 2
+    #: CPU time all of one request's decoding and keying may use, summed over its images.
+    max_request_cpu_seconds: float = 2.0
+    #: How much decoding one image may grow a decode worker's address space.
+    max_decode_memory_bytes: int = 512 * 1024 * 1024
+    #: Requests that may wait for a decode worker, and how long.
+    decode_queue: int = 64
+    decode_queue_timeout_seconds: float = 10.0
+    #: Request bodies buffered at once by one server process (beyond: 503, retry later).
+    max_buffered_body_bytes: int = 256 * 1024 * 1024
+    #: Connection guard (:mod:`mmobs.http_guard`): time to send a request's headers, its body,
+    #: and the open connections per server process.
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 60.0
+    max_connections: int = 1024
 
     def to_env(self) -> str:
         return json.dumps(dataclasses.asdict(self))

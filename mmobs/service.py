@@ -7,21 +7,32 @@ raw ``image/*`` body, and answers every malformed input with a 4xx JSON error
 ``hash_kwargs(algorithm, image=media)``; optional ``model_id`` and
 ``mm_processor_kwargs`` are added to the key only when given.
 
-Run it with ``mmobs serve``; with ``--workers`` above 1 the CLI sets up
-prometheus_client's multiprocess mode so ``/metrics`` sums every worker.
+What one request may cost is bounded (``docs/reliability.md``, "Bounded
+resources"): its body (size, JSON values, option sizes; bodies buffered at
+once per process), and its decoding and keying, which run in decode worker
+processes (:mod:`mmobs.decode_pool`) under a per-request CPU budget and a
+per-image memory budget. An input over a budget is the client's ``400
+too_costly``; the service's own shortage (every worker busy, the waiting line
+full, memory) is a ``503`` with ``Retry-After``. Large JSON bodies are parsed
+in a decode worker too, so the event loop (``/healthz``, ``/metrics``) never
+waits for them.
+
+The library (:class:`~mmobs.image_io.ImageMediaIO`) refuses costly inputs it
+can recognise from their structure; the service adds the process isolation
+that bounds the rest. Run it with ``mmobs serve``.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
 from PIL import Image
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -32,43 +43,74 @@ from starlette.types import Message, Receive
 
 from ._version import __version__
 from .config import ServiceConfig
-from .errors import BadImageError, InvalidOptionError
-from .events import RecordingObserver, get_observer, observing
+from .decode_pool import DecodePool, InlineDecoder, PoolSettings, ServerBusy
+from .errors import BadImageError
+from .events import get_observer
 from .fetch import RemoteFetcher
 from .fingerprint import process_fingerprint
-from .hashing import ALGORITHMS, MultiModalHasher
-from .http_errors import error_body
-from .image_io import (
-    ImageMediaIO,
-    load_data_url,
-    report_bad_image,
+from .hash_request import (
+    HashOptions,
+    RequestError,
+    RequestLimits,
+    hash_options,
+    parse_json_body,
 )
-from .logs import configure_logging
-from .media import MediaWithBytes
+from .http_errors import bad_image_body, error_body
+from .image_io import _decode_base64, parse_data_url, report_bad_image
+from .logs import configure_logging, safe_text
 from .middleware import MMObsMiddleware
+from .relay import Replayer
 
 __all__ = ["HashService", "RequestError", "ServiceConfig", "create_app"]
 
-_MAX_OPTION_DEPTH = 16
-_MAX_MODEL_ID_CHARS = 512
-
-
-class RequestError(Exception):
-    """A malformed request (not a bad image): answered with ``status`` and a JSON error."""
-
-    def __init__(self, status: int, code: str, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.param = status, code, message, param
+_log = structlog.get_logger("mmobs")
+#: JSON bodies up to this size are parsed in the service (a few ms at worst); larger ones in a decode worker.
+INLINE_JSON_BYTES = 256 * 1024
+_MULTIPART_HINT = "pip install 'mmobs[serve]'"
+#: Leading bytes of the image formats clients send, to tell a sender what Content-Type it forgot.
+_MAGIC = (
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"GIF8", "image/gif"),
+    (b"RIFF", "image/webp"),
+    (b"II*\x00", "image/tiff"),
+    (b"MM\x00*", "image/tiff"),
+    (b"BM", "image/bmp"),
+)
 
 
 @dataclass
-class _HashJob:
-    """What one request asks for, validated."""
+class _Source:
+    """One image of a request: its ``param``, and a URL (text, or UTF-8 bytes from a worker) or raw bytes."""
 
-    algorithm: str
-    io: ImageMediaIO
-    extras: dict[str, Any]
-    sources: list[tuple[str, str | bytes]]  # (param, data URL / remote URL / raw bytes)
+    param: str
+    url: str | bytes | None = None
+    data: bytes | None = None
+
+
+class _Budget:
+    """The CPU seconds left to one request's decoding and keying."""
+
+    def __init__(self, seconds: float) -> None:
+        self.limit = self.left = seconds
+
+    def spend(self, seconds: float) -> None:
+        self.left -= max(0.0, seconds)
+
+
+class _BodyBudget:
+    """Request body bytes buffered at once by this process (a single event loop: no lock needed)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = limit, 0
+
+    def take(self, size: int) -> None:
+        if self.held + size > self.limit:
+            raise ServerBusy(f"the server is buffering {self.held >> 20} MiB of request bodies; retry shortly")
+        self.held += size
+
+    def give(self, size: int) -> None:
+        self.held -= size
 
 
 class HashService:
@@ -76,6 +118,12 @@ class HashService:
 
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
+        self.limits = RequestLimits(max_images=config.max_images)
+        self.io_limits = {
+            "max_pixels": config.max_pixels,
+            "max_bytes": config.max_image_bytes,
+            "formats": config.image_formats,
+        }
         self.fetcher = (
             RemoteFetcher(
                 config.allowed_hosts,
@@ -86,38 +134,119 @@ class HashService:
             if config.allowed_hosts
             else None
         )
+        self.decoder: DecodePool | InlineDecoder = (
+            DecodePool(
+                PoolSettings(
+                    size=config.decode_workers,
+                    memory_bytes=config.max_decode_memory_bytes,
+                    queue_limit=config.decode_queue,
+                    queue_timeout=config.decode_queue_timeout_seconds,
+                )
+            )
+            if config.decode_workers > 0
+            else InlineDecoder()
+        )
+        self.bodies = _BodyBudget(config.max_buffered_body_bytes)
+        self.multipart_missing = _multipart_missing()
+        self._multipart_logged = False
+
+    async def start(self) -> None:
+        await self.decoder.start()
+
+    async def close(self) -> None:
+        await self.decoder.close()
+
+    # -- endpoints --------------------------------------------------------------------
 
     async def hash(self, request: Request) -> Response:
+        held = [0]
         try:
-            request = Request(request.scope, _limited(request.receive, self.config.max_body_bytes))
-            job = await self._parse(request)
+            return await self._hash(request, held)
         except RequestError as error:
             return _error_response(error)
+        except BadImageError as error:
+            report_bad_image(error)
+            return JSONResponse(bad_image_body(error), status_code=400)
+        except _SetupError as error:
+            return JSONResponse(error_body(error.message, code="not_implemented", type="server_error"), status_code=501)
+        except ServerBusy as error:
+            return _busy(error.message, error.retry_after)
+        except MemoryError:
+            return _busy("the server ran out of memory handling this request", 5)
         except ClientDisconnect:
             # Nobody is left to answer; a client fault, never a server error.
             return _error_response(RequestError(400, "client_disconnected", "the client left before sending the whole body"))
-        items = await run_in_threadpool(self._hash_all, job)
-        return JSONResponse({"algorithm": job.algorithm, "items": items})
+        except Exception as error:  # noqa: BLE001 - a bug: a 500 with the request id, and its traceback logged
+            _log.error("internal_error", error_type=type(error).__name__, error=safe_text(error), exc_info=True)
+            return JSONResponse(
+                error_body("internal error; the request id names it in the server log", code="internal_error",
+                           type="server_error"),
+                status_code=500,
+            )  # fmt: skip
+        finally:
+            self.bodies.give(held[0])
 
     async def healthz(self, request: Request) -> Response:
         return JSONResponse(
-            {"status": "ok", "version": __version__, "fingerprint": process_fingerprint().digest}
+            {
+                "status": "ok",
+                "version": __version__,
+                "fingerprint": process_fingerprint().digest,
+                "decode_workers": self.decoder.ready,
+            }
         )
 
-    # -- parsing ----------------------------------------------------------------
+    # -- one request ---------------------------------------------------------------------
 
-    async def _parse(self, request: Request) -> _HashJob:
+    async def _hash(self, request: Request, held: list[int]) -> Response:
         declared = request.headers.get("content-length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > self.config.max_body_bytes:
             raise _BodyTooLarge(self.config.max_body_bytes)
+        request = Request(request.scope, self._limited(request.receive, held))
+        budget = _Budget(self.config.max_request_cpu_seconds)
+        options, sources = await self._parse(request, budget)
+        items = []
+        for index, source in enumerate(sources):
+            data = source.data if source.data is not None else await self._fetch(source)
+            source.data = source.url = None  # let each image go once it is keyed
+            item = await self._key(data, options, budget, source.param)
+            items.append({"index": index, **item})
+        return JSONResponse({"algorithm": options.algorithm, "items": items})
+
+    def _limited(self, receive: Receive, held: list[int]) -> Callable[[], Awaitable[Message]]:
+        """A ``receive`` that refuses bodies over the limit, and holds their bytes against the process's budget."""
+        limit = self.config.max_body_bytes
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                size = len(message.get("body", b""))
+                received += size
+                if received > limit:
+                    raise _BodyTooLarge(limit)
+                self.bodies.take(size)
+                held[0] += size
+            return message
+
+        return limited_receive
+
+    async def _parse(self, request: Request, budget: _Budget) -> tuple[HashOptions, list[_Source]]:
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if content_type in ("application/json", ""):
-            return self._parse_json(await _read_body(request))
+        if content_type == "application/json":
+            return await self._parse_json(await _read_body(request), budget)
+        if content_type == "":
+            body = await _read_body(request)
+            if body.lstrip()[:1] in (b"{", b"[", b""):
+                return await self._parse_json(body, budget)
+            raise RequestError(415, "unsupported_media_type", _no_content_type(body))
         if content_type == "multipart/form-data":
             return await self._parse_multipart(request)
         if content_type.startswith("image/") or content_type == "application/octet-stream":
-            options = dict(request.query_params)
-            return self._job(options, [("body", await _read_body(request))], query=True)
+            body = await _read_body(request)
+            options = hash_options(dict(request.query_params), 1, self.limits, query=True)
+            return options, [_Source("body", data=body)]
         raise RequestError(
             415,
             "unsupported_media_type",
@@ -125,134 +254,124 @@ class HashService:
             "multipart/form-data or an image/* body",
         )
 
-    def _parse_json(self, body: bytes) -> _HashJob:
-        if not body:
-            raise RequestError(400, "invalid_json", "the request body is empty; send a JSON object")
-        try:
-            document = json.loads(body)
-        except RecursionError:
-            raise RequestError(400, "invalid_json", "the JSON body is nested too deeply") from None
-        except ValueError as error:
-            raise RequestError(400, "invalid_json", f"the body is not valid JSON: {str(error)[:200]}") from None
-        if not isinstance(document, dict):
-            raise RequestError(400, "invalid_request", "the JSON body must be an object")
-        has_images, has_messages = "images" in document, "messages" in document
-        if has_images == has_messages:
+    async def _parse_json(self, body: bytes, budget: _Budget) -> tuple[HashOptions, list[_Source]]:
+        if len(body) <= INLINE_JSON_BYTES:
+            parsed = parse_json_body(body, self.limits)
+            return parsed.options, [_Source(param, url=url) for param, url in parsed.sources]
+        header = ("parse", {"limits": self.limits, "cpu_seconds": budget.left})
+        outcome, urls = await self.decoder.run(header, [body], Replayer(get_observer()))
+        del body
+        budget.spend(outcome.get("cpu_seconds", budget.left))
+        status = outcome["status"]
+        if status == "parsed":
+            return outcome["options"], [_Source(param, url=url) for param, url in zip(outcome["params"], urls)]
+        if status == "request_error":
+            raise RequestError(*outcome["error"])
+        if status == "too_costly":
             raise RequestError(
-                400, "invalid_request", "send exactly one of 'images' (a list of URLs) or 'messages'"
+                400,
+                "too_costly",
+                f"parsing the JSON body needed more than the request's budget ({_budget_text(self.config, outcome)})",
             )
-        sources = _image_list(document["images"]) if has_images else _message_images(document["messages"])
-        return self._job(document, sources)
+        raise self._unexpected(outcome)
 
-    async def _parse_multipart(self, request: Request) -> _HashJob:
+    async def _parse_multipart(self, request: Request) -> tuple[HashOptions, list[_Source]]:
+        if self.multipart_missing:
+            # The server's set-up, not the client's request: a 5xx, and one log line for the operator.
+            if not self._multipart_logged:
+                self._multipart_logged = True
+                _log.error("multipart_unavailable", missing="python-multipart", install=_MULTIPART_HINT)
+            raise _SetupError(
+                f"this server cannot read multipart uploads: python-multipart is not installed ({_MULTIPART_HINT}); "
+                "send the images as data: URLs in a JSON body instead"
+            )
         limit = self.config.max_images
         try:
             form = await request.form(max_files=limit, max_fields=32, max_part_size=1024 * 1024)
-        except RequestError:
+        except (RequestError, ServerBusy, ClientDisconnect):
             raise
+        except HTTPException as error:  # Starlette's wrapping of python-multipart's refusals
+            raise RequestError(400, "invalid_multipart", f"the multipart body is malformed: {str(error.detail)[:200]}") from None
         except Exception as error:  # noqa: BLE001 - python-multipart raises several types
             raise RequestError(400, "invalid_multipart", f"the multipart body is malformed: {str(error)[:200]}") from None
         try:
-            sources: list[tuple[str, str | bytes]] = []
+            sources: list[_Source] = []
             options: dict[str, Any] = {}
             for name, value in form.multi_items():
                 if isinstance(value, UploadFile):
                     data = await value.read(self.config.max_image_bytes + 1)
-                    sources.append((f"{name[:32]}[{len(sources)}]", data))
+                    sources.append(_Source(f"{name[:32]}[{len(sources)}]", data=data))
                 else:
                     options[name] = value
         finally:
             await form.close()
         if not sources:
             raise RequestError(400, "invalid_request", "the multipart body holds no image file")
-        return self._job(options, sources, query=True)
+        return hash_options(options, len(sources), self.limits, query=True), sources
 
-    def _job(self, options: dict[str, Any], sources: list[tuple[str, str | bytes]], query: bool = False) -> _HashJob:
-        if len(sources) > self.config.max_images:
-            raise RequestError(
-                400, "too_many_images", f"{len(sources)} images sent; the limit is {self.config.max_images}"
-            )
-        algorithm = options.get("algorithm", "blake3")
-        if algorithm not in ALGORITHMS:
-            raise RequestError(
-                400, "invalid_option", f"algorithm must be one of {', '.join(ALGORITHMS)}", "algorithm"
-            )
-        io_options: dict[str, Any] = {}
-        if "image_mode" in options:
-            io_options["image_mode"] = options["image_mode"]
-        if "rgba_background_color" in options:
-            color = options["rgba_background_color"]
-            if query and isinstance(color, str):  # "r,g,b" from a query string or form field
-                color = [int(c) if c.strip().isascii() and c.strip().isdigit() else c for c in color.split(",")]
-            io_options["rgba_background_color"] = color
+    # -- one image -------------------------------------------------------------------------
+
+    async def _fetch(self, source: _Source) -> bytes:
+        """The encoded bytes a URL names: a data: URL decoded here, a remote one fetched."""
+        url = source.url if isinstance(source.url, str) else (source.url or b"").decode("utf-8", "surrogatepass")
         try:
-            io = ImageMediaIO(
-                **io_options,
-                max_pixels=self.config.max_pixels,
-                max_bytes=self.config.max_image_bytes,
-                formats=self.config.image_formats,
-            )
-        except InvalidOptionError as error:
-            raise RequestError(400, "invalid_option", error.message[:300], error.param) from None
-        extras: dict[str, Any] = {}
-        if "model_id" in options:
-            model_id = options["model_id"]
-            if not isinstance(model_id, str) or len(model_id) > _MAX_MODEL_ID_CHARS:
-                raise RequestError(
-                    400, "invalid_option", f"model_id must be a string of at most {_MAX_MODEL_ID_CHARS} characters", "model_id"
-                )
-            extras["model_id"] = model_id
-        if "mm_processor_kwargs" in options:
-            kwargs = options["mm_processor_kwargs"]
-            if not isinstance(kwargs, dict) or _depth(kwargs) > _MAX_OPTION_DEPTH:
-                raise RequestError(
-                    400,
-                    "invalid_option",
-                    f"mm_processor_kwargs must be an object nested at most {_MAX_OPTION_DEPTH} deep",
-                    "mm_processor_kwargs",
-                )
-            extras["mm_processor_kwargs"] = kwargs
-        return _HashJob(algorithm, io, extras, sources)
-
-    # -- hashing (in a worker thread) ---------------------------------------------
-
-    def _hash_all(self, job: _HashJob) -> list[dict[str, Any]]:
-        return [self._hash_one(job, index, param, source) for index, (param, source) in enumerate(job.sources)]
-
-    def _hash_one(self, job: _HashJob, index: int, param: str, source: str | bytes) -> dict[str, Any]:
-        try:
-            media = self._load(job.io, source)
+            scheme = url[:8].lower()
+            if scheme.startswith(("http://", "https://")):
+                if self.fetcher is None:
+                    raise BadImageError(
+                        "unsupported_url",
+                        "remote image URLs are off on this server (its operator can allow a host with "
+                        "--allow-remote-host HOST); send the image as a data: URL",
+                    )
+                return await self.fetcher.fetch(url)
+            _, payload = parse_data_url(url)
+            return _decode_base64(payload, self.config.max_image_bytes)
         except BadImageError as error:
-            error.with_param(param)
-            raise
-        recorder = RecordingObserver(get_observer())
-        with observing(recorder):
-            key = MultiModalHasher.hash_kwargs(job.algorithm, image=media, **job.extras)
-        image = media.media
-        return {
-            "index": index,
-            "mm_hash": key,
-            "key_source": recorder.keyed[-1].key_source,
-            "exif_fallback": bool(recorder.fallbacks),
-            "width": image.width,
-            "height": image.height,
-            "mode": image.mode,
-        }
+            raise report_bad_image(error.with_param(source.param)) from None
 
-    def _load(self, io: ImageMediaIO, source: str | bytes) -> MediaWithBytes:
-        if isinstance(source, bytes):
-            return io.load_bytes(source)
-        if self.fetcher is not None and source[:8].lower().startswith(("http://", "https://")):
-            try:
-                data = self.fetcher.fetch(source)
-            except BadImageError as error:
-                report_bad_image(error)
-                raise
-            return io.load_bytes(data)
-        return load_data_url(source, io)
+    async def _key(self, data: bytes, options: HashOptions, budget: _Budget, param: str) -> dict[str, Any]:
+        shared = budget.left < budget.limit  # earlier work of this request spent some of it
+        if budget.left <= 0.001:
+            raise self._too_costly({"resource": "cpu"}, shared, param)
+        replayer = Replayer(get_observer(), data)
+        header = ("key", {"options": options, "io_limits": self.io_limits, "cpu_seconds": budget.left})
+        outcome, _ = await self.decoder.run(header, [data], replayer)
+        status = outcome["status"]
+        budget.spend(budget.left if status == "too_costly" else outcome.get("cpu_seconds", 0.0))
+        if status == "keyed":
+            return dict(outcome["item"])
+        if status == "bad_image":
+            error = BadImageError(outcome["reason"], outcome["message"], param=param)
+            error.reported = True  # the worker's loader reported it; the relay counted it
+            raise error
+        if status == "too_costly":
+            raise self._too_costly(outcome, shared, param)
+        if status == "crashed":
+            raise report_bad_image(
+                BadImageError("corrupt", f"the image decoder crashed on this image ({outcome['signal']})", param=param)
+            )
+        raise self._unexpected(outcome)
+
+    def _too_costly(self, outcome: dict[str, Any], shared: bool, param: str) -> BadImageError:
+        text = _budget_text(self.config, outcome)
+        spent = " (with the work done before it in this request)" if shared and outcome.get("resource") == "cpu" else ""
+        return report_bad_image(
+            BadImageError(
+                "too_costly",
+                f"decoding this image{spent} needs more than {text}; it costs far more than a plain image of its size",
+                param=param,
+            )
+        )
+
+    def _unexpected(self, outcome: dict[str, Any]) -> Exception:
+        if outcome["status"] == "server_busy":
+            _log.warning("decode_unavailable", detail=safe_text(outcome.get("detail", "")))
+            return ServerBusy(f"the server could not decode the image ({outcome.get('detail', 'busy')}); retry later", 2)
+        _log.error("decode_worker_error", outcome=safe_text(outcome))
+        return RuntimeError(f"decode worker: {outcome.get('detail', outcome['status'])}")
 
 
-# -- request helpers ------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------
 
 
 class _BodyTooLarge(RequestError):
@@ -260,20 +379,33 @@ class _BodyTooLarge(RequestError):
         super().__init__(413, "payload_too_large", f"the request body is larger than {limit} bytes")
 
 
-def _limited(receive: Receive, limit: int) -> Callable[[], Awaitable[Message]]:
-    """A ``receive`` that raises once more than ``limit`` body bytes arrived."""
-    received = 0
+class _SetupError(ServerBusy):
+    """The server lacks something it needs: a 501, not the client's fault."""
 
-    async def limited_receive() -> Message:
-        nonlocal received
-        message = await receive()
-        if message["type"] == "http.request":
-            received += len(message.get("body", b""))
-            if received > limit:
-                raise _BodyTooLarge(limit)
-        return message
 
-    return limited_receive
+def _budget_text(config: ServiceConfig, outcome: dict[str, Any]) -> str:
+    if outcome.get("resource") == "memory":
+        return f"the {config.max_decode_memory_bytes >> 20} MiB of memory one image may use (--max-decode-memory-mib)"
+    return f"the {config.max_request_cpu_seconds:g} s of CPU time a request may use (--max-request-cpu-seconds)"
+
+
+def _multipart_missing() -> bool:
+    from starlette import formparsers
+
+    return getattr(formparsers, "parse_options_header", None) is None
+
+
+def _no_content_type(body: bytes) -> str:
+    for magic, media_type in _MAGIC:
+        if body.startswith(magic):
+            return (
+                f"the request has no Content-Type and its body looks like an image: send it with "
+                f"'Content-Type: {media_type}'"
+            )
+    return (
+        "the request has no Content-Type and its body is not JSON: send application/json, "
+        "multipart/form-data or an image with its image/* Content-Type"
+    )
 
 
 async def _read_body(request: Request) -> bytes:
@@ -281,61 +413,16 @@ async def _read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def _image_list(images: Any) -> list[tuple[str, str | bytes]]:
-    if not isinstance(images, list) or not images:
-        raise RequestError(400, "invalid_request", "'images' must be a non-empty list of URL strings", "images")
-    sources: list[tuple[str, str | bytes]] = []
-    for index, url in enumerate(images):
-        if isinstance(url, dict) and isinstance(url.get("url"), str):
-            url = url["url"]
-        if not isinstance(url, str):
-            raise RequestError(400, "invalid_request", "each image must be a URL string", f"images[{index}]")
-        sources.append((f"images[{index}]", url))
-    return sources
-
-
-def _message_images(messages: Any) -> list[tuple[str, str | bytes]]:
-    if not isinstance(messages, list) or not messages:
-        raise RequestError(400, "invalid_request", "'messages' must be a non-empty list", "messages")
-    sources: list[tuple[str, str | bytes]] = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise RequestError(400, "invalid_request", "each message must be an object", f"messages[{i}]")
-        content = message.get("content")
-        if content is None or isinstance(content, str):
-            continue
-        if not isinstance(content, list):
-            raise RequestError(
-                400, "invalid_request", "message content must be a string or a list of parts", f"messages[{i}].content"
-            )
-        for j, part in enumerate(content):
-            param = f"messages[{i}].content[{j}]"
-            if not isinstance(part, dict):
-                raise RequestError(400, "invalid_request", "each content part must be an object", param)
-            if part.get("type") != "image_url":
-                continue
-            image_url = part.get("image_url")
-            url = image_url.get("url") if isinstance(image_url, dict) else image_url
-            if not isinstance(url, str):
-                raise RequestError(
-                    400, "invalid_request", "an image_url part needs image_url.url (a string)", f"{param}.image_url"
-                )
-            sources.append((f"{param}.image_url", url))
-    if not sources:
-        raise RequestError(400, "invalid_request", "the messages hold no image_url content part", "messages")
-    return sources
-
-
-def _depth(value: Any, limit: int = _MAX_OPTION_DEPTH + 1) -> int:
-    """Nesting depth of a JSON value, counting no further than ``limit``."""
-    if limit <= 0 or not isinstance(value, (dict, list)):
-        return 0
-    children = value.values() if isinstance(value, dict) else value
-    return 1 + max((_depth(child, limit - 1) for child in children), default=0)
-
-
 def _error_response(error: RequestError) -> JSONResponse:
     return JSONResponse(error_body(error.message, code=error.code, param=error.param), status_code=error.status)
+
+
+def _busy(message: str, retry_after: int) -> JSONResponse:
+    return JSONResponse(
+        error_body(message, code="server_busy", type="server_error"),
+        status_code=503,
+        headers={"Retry-After": str(retry_after)},
+    )
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
@@ -361,14 +448,23 @@ async def _server_error(request: Request, exc: Exception) -> Response:
 def create_app(config: ServiceConfig | None = None) -> Starlette:
     """The reference service (config from ``MMOBS_SERVICE_CONFIG`` when not given)."""
     config = config or ServiceConfig.from_env()
-    if "PILLOW_BLOCKS_MAX" not in os.environ:
-        # Reuse freed pixel blocks instead of faulting fresh memory in for every
-        # decoded image: 1.1-1.3x the images/s (docs/performance.md), at most
-        # 8 blocks (<= 128 MiB) held per worker.
+    if "PILLOW_BLOCKS_MAX" not in os.environ and config.decode_workers == 0:
+        # Decoding in this process: reuse freed pixel blocks instead of faulting fresh
+        # memory in for every image, 1.1-1.3x the images/s (docs/performance.md), at
+        # most 8 blocks (<= 128 MiB) held.
         Image.core.set_blocks_max(8)
     if config.log_format:
         configure_logging(config.log_format, config.log_level)  # type: ignore[arg-type]
     service = HashService(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.close()
+
     app = Starlette(
         routes=[
             Route("/v1/hash", service.hash, methods=["POST"]),
@@ -383,6 +479,8 @@ def create_app(config: ServiceConfig | None = None) -> Starlette:
             )
         ],
         exception_handlers={HTTPException: _http_exception, 500: _server_error},
+        lifespan=lifespan,
     )
     app.state.config = config
+    app.state.service = service
     return app

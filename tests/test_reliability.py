@@ -1,15 +1,12 @@
-"""Load, worker kills, bounded series and the remote fetcher's limits (CI-sized)."""
+"""Load, worker kills and bounded series (CI-sized); the fetcher's limits are in tests/test_fetch.py."""
 
 from __future__ import annotations
 
 import asyncio
-import http.server
 import os
 import random
 import signal
-import socketserver
 import string
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +15,6 @@ import httpx
 import psutil
 import pytest
 
-from mmobs.errors import BadImageError
-from mmobs.fetch import RemoteFetcher
 from scripts.loadgen import run_load
 from tests import golden
 from tests.support import ServiceProcess, data_url, metric_value
@@ -158,114 +153,24 @@ def test_request_ids_are_validated_before_logs_and_headers(tmp_path: Path):
         process.stop()
 
 
-def test_metrics_on_a_separate_port(tmp_path: Path):
+def test_metrics_on_a_separate_port_honour_the_token(tmp_path: Path):
+    """``--metrics-token`` used to be ignored on ``--metrics-port``, which then served everything unauthenticated."""
     from tests.support import free_port
 
     port = free_port()
-    process = ServiceProcess(tmp_path, "--metrics-port", str(port))
+    process = ServiceProcess(tmp_path, "--metrics-port", str(port), "--metrics-token", "s3cret")
     try:
         assert httpx.get(process.url + "/metrics").status_code == 404
         httpx.post(process.url + "/v1/hash", json={"images": [data_url(BAD_HEADER_JPEG)]})
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        metrics_url = f"http://127.0.0.1:{port}/metrics"
+        refused = httpx.get(metrics_url)
+        assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer")
+        assert httpx.get(metrics_url, headers={"Authorization": "Bearer nope"}).status_code == 401
+        text = httpx.get(metrics_url, headers={"Authorization": "Bearer s3cret"}).text
         assert fallback_total(text) == 1
+        openmetrics = httpx.get(metrics_url, headers={"Authorization": "Bearer s3cret",
+                                                      "Accept": "application/openmetrics-text; version=1.0.0"})  # fmt: skip
+        assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
+        assert openmetrics.text.endswith("# EOF\n")
     finally:
         process.stop()
-
-
-# -- the remote fetcher ----------------------------------------------------------------------------
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-        image = golden.input_bytes("photo.jpg")
-        if self.path == "/redirect":
-            self.send_response(302)
-            self.send_header("Location", "http://169.254.169.254/latest/meta-data")
-            self.end_headers()
-        elif self.path == "/big":
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"\xff" * 300_000)
-        elif self.path == "/slow":
-            self.send_response(200)
-            self.end_headers()
-            for _ in range(30):
-                self.wfile.write(b"x" * 10)
-                self.wfile.flush()
-                time.sleep(0.1)
-        elif self.path == "/missing":
-            self.send_response(404)
-            self.end_headers()
-        else:
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(image)))
-            self.end_headers()
-            self.wfile.write(image)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture(scope="module")
-def image_server() -> Iterator[str]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-
-
-def _fetcher(**options: object) -> RemoteFetcher:
-    defaults: dict[str, object] = {"max_bytes": 200_000, "timeout_seconds": 1.0, "allow_private": True}
-    return RemoteFetcher(["127.0.0.1"], **{**defaults, **options})  # type: ignore[arg-type]
-
-
-def test_fetcher_gets_allow_listed_image(image_server: str):
-    assert _fetcher().fetch(f"http://{image_server}/photo.jpg") == golden.input_bytes("photo.jpg")
-
-
-@pytest.mark.parametrize(
-    ("path", "options", "reason", "words"),
-    [
-        ("/photo.jpg", {"allow_private": False}, "unsupported_url", "private address"),
-        ("/redirect", {}, "fetch_failed", "redirect"),
-        ("/big", {}, "too_large", "larger than"),
-        ("/slow", {"timeout_seconds": 0.5}, "fetch_failed", ""),
-        ("/missing", {}, "fetch_failed", "404"),
-    ],
-)
-def test_fetcher_limits(image_server: str, path: str, options: dict, reason: str, words: str):
-    started = time.monotonic()
-    with pytest.raises(BadImageError) as caught:
-        _fetcher(**options).fetch(f"http://{image_server}{path}")
-    assert caught.value.reason == reason and words in caught.value.message
-    assert time.monotonic() - started < 5
-
-
-@pytest.mark.parametrize(
-    "url", ["http://evil.example/x.png", "ftp://127.0.0.1/x.png", "file:///etc/passwd", "http:///nohost"]
-)
-def test_fetcher_refuses_hosts_and_schemes_off_the_list(url: str):
-    with pytest.raises(BadImageError) as caught:
-        _fetcher().fetch(url)
-    assert caught.value.reason == "unsupported_url"
-
-
-def test_service_fetches_only_when_allowed(tmp_path: Path, image_server: str):
-    url = f"http://{image_server}/photo.jpg"
-    default = ServiceProcess(tmp_path)
-    try:
-        response = httpx.post(default.url + "/v1/hash", json={"images": [url]})
-        assert response.status_code == 400 and response.json()["error"]["reason"] == "unsupported_url"
-    finally:
-        default.stop()
-    allowed = ServiceProcess(tmp_path, "--allow-remote-host", "127.0.0.1", "--fetch-allow-private")
-    try:
-        response = httpx.post(allowed.url + "/v1/hash", json={"images": [url]})
-        assert response.status_code == 200, response.text
-        assert response.json()["items"][0]["mm_hash"] == golden.case("media-photo.jpg")["expected"]
-        redirect = httpx.post(allowed.url + "/v1/hash", json={"images": [f"http://{image_server}/redirect"]})
-        assert redirect.status_code == 400 and redirect.json()["error"]["reason"] == "fetch_failed"
-    finally:
-        allowed.stop()

@@ -265,6 +265,96 @@ def test_healthz(client):
     assert payload["fingerprint"] == compute_fingerprint().digest
 
 
+# -- bounded, validated input (issue #11) and messages that help (issue #12) ------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "param"),
+    [
+        ("model_id", "qwen\ud800", "model_id"),
+        ("mm_processor_kwargs", {"\ud800": 1}, "mm_processor_kwargs"),
+        ("mm_processor_kwargs", {"images_kwargs": {"size": ["\udfff"]}}, "mm_processor_kwargs"),
+        ("mm_processor_kwargs", {"zeros": [0] * 30_000}, "mm_processor_kwargs"),
+        ("mm_processor_kwargs", {"big": 2**64}, "mm_processor_kwargs"),
+        ("mm_processor_kwargs", {"text": "x" * 70_000}, "mm_processor_kwargs"),
+    ],
+)
+def test_options_that_cannot_be_keyed_are_400(client, option, value, param):
+    """Lone surrogates were a 500 (UnicodeEncodeError in hashing); 30,000 zeros cost a second per image."""
+    body = json.dumps({"images": [data_url(PHOTO_JPEG)], option: value}).encode()  # surrogates escaped as \ud800
+    response = client.post("/v1/hash", content=body, headers={"content-type": "application/json", "x-request-id": "opt-1"})
+    assert_error(response, 400, "invalid_option", param=param)
+    assert response.headers["x-request-id"] == "opt-1"
+
+
+@pytest.mark.parametrize("size", [200_000, 900_000])
+def test_a_flood_of_json_values_is_refused_before_it_is_built(client, size):
+    """Millions of empty lists cost seconds and gigabytes to parse; parsed here in the service or in a worker."""
+    body = b'{"images": [' + b"[]," * (size // 3) + b'"x"]}'
+    error = assert_error(client.post("/v1/hash", content=body, headers={"content-type": "application/json"}), 400, "invalid_json")
+    assert "more than 100000 values" in error["message"]
+
+
+def test_integer_literals_are_bounded(client):
+    body = b'{"images": ["x"], "mm_processor_kwargs": {"n": ' + b"9" * 4000 + b"}}"
+    error = assert_error(client.post("/v1/hash", content=body, headers={"content-type": "application/json"}), 400, "invalid_json")
+    assert "more than 40 digits" in error["message"]
+
+
+def test_a_large_json_body_is_parsed_off_the_event_loop_and_keys_the_same(client):
+    """Over 256 KiB the body is parsed in a decode worker; the result is the same request."""
+    text = "Describe, in detail, these images. " * 10_000
+    parts = [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": data_url(PHOTO_JPEG)}},
+             {"type": "image_url", "image_url": data_url(BAD_HEADER_JPEG)}]  # fmt: skip
+    body = {"messages": [{"role": "user", "content": parts}], "model_id": "m\u00e9"}
+    assert len(json.dumps(body)) > 256 * 1024
+    response = client.post("/v1/hash", json=body)
+    assert response.status_code == 200, response.text
+    items = response.json()["items"]
+    assert [i["mm_hash"] for i in items] == [offline_key(PHOTO_JPEG, model_id="m\u00e9"),
+                                             offline_key(BAD_HEADER_JPEG, model_id="m\u00e9")]  # fmt: skip
+    assert [i["exif_fallback"] for i in items] == [False, True]
+
+
+def test_a_binary_body_without_content_type_is_told_what_to_send(client):
+    response = client.post("/v1/hash", content=PHOTO_JPEG)
+    assert "content-type" not in response.request.headers
+    error = assert_error(response, 415, "unsupported_media_type")
+    assert "Content-Type: image/jpeg" in error["message"] and "utf-8" not in error["message"]
+    error = assert_error(client.post("/v1/hash", content=b"\x00\x01binary"), 415, "unsupported_media_type")
+    assert "not JSON" in error["message"]
+    # Text that looks like JSON is still read as JSON, as before.
+    assert client.post("/v1/hash", content=json.dumps({"images": [data_url(PHOTO_JPEG)]}).encode()).status_code == 200
+
+
+def test_invalid_utf8_json_names_the_byte(client):
+    error = assert_error(client.post("/v1/hash", content=b'{"images": ["\xff"]}', headers={"content-type": "application/json"}),
+                         400, "invalid_json")  # fmt: skip
+    assert "0xff at offset 13" in error["message"] and "codec" not in error["message"]
+
+
+def test_multipart_without_boundary_does_not_leak_the_status_into_the_message(client):
+    response = client.post("/v1/hash", content=b"--x\r\n", headers={"content-type": "multipart/form-data"})
+    error = assert_error(response, 400, "invalid_multipart")
+    assert "400" not in error["message"] and "boundary" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "modes"),
+    [
+        ("rgba.png", {}, ("RGBA", "RGB")),
+        ("gray.png", {}, ("L", "RGB")),
+        ("palette.png", {}, ("P", "RGB")),
+        ("rgba.png", {"image_mode": "RGBA"}, ("RGBA", "RGBA")),
+        ("photo.jpg", {}, ("RGB", "RGB")),
+    ],
+)
+def test_responses_name_the_source_mode_and_the_keyed_mode(client, name, options, modes):
+    response = client.post("/v1/hash", json={"images": [data_url(golden.input_bytes(name), "image/png")], **options})
+    item = response.json()["items"][0]
+    assert (item["source_mode"], item["mode"]) == modes
+
+
 # -- metrics endpoint options -------------------------------------------------------------------
 
 
