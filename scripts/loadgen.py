@@ -7,9 +7,18 @@ documented in ``docs/reliability.md``::
     python scripts/loadgen.py http://127.0.0.1:8000 --requests 5000 --concurrency 32 --fallback-every 4
 
 Every request carries one image; every ``fallback_every``-th one is the vLLM
-regression JPEG (malformed EXIF), the rest a clean JPEG. The summary says how
-many were sent, answered by status class, and how many carried the malformed
-EXIF, so the caller can check the fallback counter moved by exactly that.
+regression JPEG (malformed EXIF), the rest a clean JPEG. With
+``refused_every``, every such request instead carries the regression JPEG
+*followed by* bytes that are no image: the service keys the first (its EXIF
+fallback runs), then refuses the request with a 400 for the second.
+
+The accounting follows the rule in the README ("What is counted"): a fallback
+is counted when it happens, whether or not its request is answered 200. So
+``fallback_sent`` (every regression JPEG sent, each processed before any
+refusal in its request) is what ``mmobs_exif_fallback_total`` must move by;
+``fallback_answered`` counts only those a 200 response reported, and
+``refused_sent`` the requests that must be refused (``mmobs_bad_images_total``
+moves by as many).
 """
 
 from __future__ import annotations
@@ -33,11 +42,19 @@ def _data_url(data: bytes) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(data).decode()
 
 
+_NOT_AN_IMAGE = "data:image/png;base64," + base64.b64encode(b"these bytes are no image").decode()
+
+
 @dataclass
 class LoadResult:
     sent: int = 0
+    #: Regression JPEGs sent: each one's fallback happens, so the counter must move by exactly this.
     fallback_sent: int = 0
+    #: Fallbacks reported by 200 responses (requests refused for a later image report none).
     fallback_answered: int = 0
+    #: Requests built to be refused (a fallback image, then a non-image), and those answered 400 ``bad_image``.
+    refused_sent: int = 0
+    refused_answered: int = 0
     statuses: Counter[int] = field(default_factory=Counter)
     transport_errors: int = 0
     seconds: float = 0.0
@@ -51,6 +68,8 @@ class LoadResult:
             "sent": self.sent,
             "fallback_sent": self.fallback_sent,
             "fallback_answered": self.fallback_answered,
+            "refused_sent": self.refused_sent,
+            "refused_answered": self.refused_answered,
             "statuses": dict(sorted(self.statuses.items())),
             "transport_errors": self.transport_errors,
             "seconds": round(self.seconds, 2),
@@ -64,6 +83,7 @@ async def run_load(
     requests: int,
     concurrency: int,
     fallback_every: int,
+    refused_every: int | None = None,
     bad_image: bytes | None = None,
     good_image: bytes | None = None,
     on_progress: Callable[[int], None] | None = None,
@@ -80,14 +100,15 @@ async def run_load(
         while next_index < requests:
             index = next_index
             next_index += 1
-            carries_fallback = index % fallback_every == 0
+            refused = refused_every is not None and index % refused_every == refused_every - 1
+            carries_fallback = refused or index % fallback_every == 0
+            images = [bad, _NOT_AN_IMAGE] if refused else [bad if carries_fallback else good]
             result.sent += 1
             result.fallback_sent += carries_fallback
+            result.refused_sent += refused
             try:
                 response = await client.post(
-                    url + "/v1/hash",
-                    json={"images": [bad if carries_fallback else good]},
-                    headers={"x-request-id": f"load-{index}"},
+                    url + "/v1/hash", json={"images": images}, headers={"x-request-id": f"load-{index}"}
                 )
             except httpx.TransportError:
                 result.transport_errors += 1
@@ -95,6 +116,8 @@ async def run_load(
             result.statuses[response.status_code] += 1
             if response.status_code == 200 and response.json()["items"][0]["exif_fallback"]:
                 result.fallback_answered += 1
+            elif response.status_code == 400 and response.json()["error"].get("code") == "bad_image":
+                result.refused_answered += 1
             if on_progress is not None:
                 on_progress(result.sent)
 
@@ -111,9 +134,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--fallback-every", type=int, default=4)
+    parser.add_argument("--refused-every", type=int, default=None)
     args = parser.parse_args()
     result = asyncio.run(
-        run_load(args.url, requests=args.requests, concurrency=args.concurrency, fallback_every=args.fallback_every)
+        run_load(args.url, requests=args.requests, concurrency=args.concurrency, fallback_every=args.fallback_every,
+                 refused_every=args.refused_every)
     )
     print(json.dumps(result.summary(), indent=2))
 
