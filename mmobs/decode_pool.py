@@ -100,6 +100,7 @@ class _Worker:
         try:
             self.sock.settimeout(timeout)
             send_message(self.sock, header, tuple(blobs))
+            blobs.clear()  # the worker has them: the service need not hold a second copy meanwhile
             while True:
                 self.sock.settimeout(max(0.001, deadline - time.monotonic()))
                 message, out = recv_message(self.sock)

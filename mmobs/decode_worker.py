@@ -172,8 +172,6 @@ def run_task(header: Any, blobs: list[bytes], relay: RelayObserver, budget: int)
             outcome = {"status": "internal", "detail": f"unknown task {kind!r}"}
     except MemoryError:
         outcome = {}  # computed below, once the task's memory is released
-    except RecursionError:
-        outcome = {"status": "too_costly", "resource": "recursion"}
     except Exception as error:  # noqa: BLE001 - reported to the service, which logs it with the request id
         outcome = {"status": "internal", "detail": f"{type(error).__name__}: {str(error)[:300]}"}
     finally:

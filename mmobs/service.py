@@ -259,8 +259,9 @@ class HashService:
             parsed = parse_json_body(body, self.limits)
             return parsed.options, [_Source(param, url=url) for param, url in parsed.sources]
         header = ("parse", {"limits": self.limits, "cpu_seconds": budget.left})
-        outcome, urls = await self.decoder.run(header, [body], Replayer(get_observer()))
-        del body
+        blobs = [body]
+        del body  # the worker has it once it is sent: the exchange empties ``blobs``
+        outcome, urls = await self.decoder.run(header, blobs, Replayer(get_observer()))
         budget.spend(outcome.get("cpu_seconds", budget.left))
         status = outcome["status"]
         if status == "parsed":
@@ -313,9 +314,9 @@ class HashService:
 
     async def _fetch(self, source: _Source) -> bytes:
         """The encoded bytes a URL names: a data: URL decoded here, a remote one fetched."""
-        url = source.url if isinstance(source.url, str) else (source.url or b"").decode("utf-8", "surrogatepass")
+        url = source.url if source.url is not None else ""
         try:
-            scheme = url[:8].lower()
+            scheme = (url[:8] if isinstance(url, str) else url[:8].decode("latin-1")).lower()
             if scheme.startswith(("http://", "https://")):
                 if self.fetcher is None:
                     raise BadImageError(
@@ -323,9 +324,8 @@ class HashService:
                         "remote image URLs are off on this server (its operator can allow a host with "
                         "--allow-remote-host HOST); send the image as a data: URL",
                     )
-                return await self.fetcher.fetch(url)
-            _, payload = parse_data_url(url)
-            return _decode_base64(payload, self.config.max_image_bytes)
+                return await self.fetcher.fetch(url if isinstance(url, str) else url.decode("utf-8", "surrogatepass"))
+            return _data_url_bytes(url, self.config.max_image_bytes)
         except BadImageError as error:
             raise report_bad_image(error.with_param(source.param)) from None
 
@@ -387,6 +387,27 @@ def _budget_text(config: ServiceConfig, outcome: dict[str, Any]) -> str:
     if outcome.get("resource") == "memory":
         return f"the {config.max_decode_memory_bytes >> 20} MiB of memory one image may use (--max-decode-memory-mib)"
     return f"the {config.max_request_cpu_seconds:g} s of CPU time a request may use (--max-request-cpu-seconds)"
+
+
+def _data_url_bytes(url: str | bytes, max_bytes: int) -> bytes:
+    """Decode a data: URL, given as text or as the UTF-8 bytes a decode worker returned.
+
+    For bytes, only the header (up to the first comma) becomes text: the payload,
+    tens of megabytes, is decoded from the bytes it arrived as, without a text copy.
+    """
+    if isinstance(url, str):
+        _, payload = parse_data_url(url)
+        return _decode_base64(payload, max_bytes)
+    comma = url.find(b",", 0, 512)
+    if comma < 0:  # no comma, or one past any header the parser accepts: let it say which
+        tail = "," if b"," in url else ""
+        parse_data_url(url[:300].decode("utf-8", "replace") + tail)
+        raise AssertionError("parse_data_url accepted a data: URL without a comma")
+    parse_data_url(url[: comma + 1].decode("utf-8", "surrogatepass"))
+    payload = url[comma + 1 :]
+    if not payload.isascii():  # what the text path says when it cannot encode the payload as ASCII
+        raise BadImageError("bad_base64", "the base64 payload has non-ASCII characters")
+    return _decode_base64(payload, max_bytes)
 
 
 def _multipart_missing() -> bool:

@@ -419,3 +419,35 @@ def test_cli_hash_and_inspect_match_the_service(client, tmp_path: Path):
     served = client.post("/v1/hash", json={"images": [data_url(BAD_HEADER_JPEG)]}).json()["items"][0]
     assert line["mm_hash"] == served["mm_hash"]
     assert line["exif_fallback"] is True and line["exif_error"].startswith("SyntaxError: not a TIFF file")
+
+
+_B64 = __import__("base64").b64encode(PHOTO_JPEG).decode()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"data:image/jpeg;base64,{_B64}",
+        f"DATA:IMAGE/JPEG;BASE64,{_B64}",
+        f"data:image/jpeg;base64{_B64}",
+        "data:image/png;" + "x=y;" * 80 + "base64," + _B64,
+        f"data:text/plain;base64,{_B64}",
+        "data:image/png;base64,@@@not*base64",
+        "data:image/png,not-base64",
+        "data:im\ud800age/png;base64,AAAA",
+        "data:image/png;base64,iVBO\u00e9\u00e9",
+        "ftp://x/y.png",
+    ],
+)
+def test_data_urls_from_a_decode_worker_decode_as_text_ones_do(url: str) -> None:
+    """Large bodies come back from the worker as UTF-8 bytes; the same URL must give the same bytes or refusal."""
+    from mmobs.errors import BadImageError
+    from mmobs.service import _data_url_bytes
+
+    outcomes = []
+    for form in (url, url.encode("utf-8", "surrogatepass")):
+        try:
+            outcomes.append(_data_url_bytes(form, 200_000))
+        except BadImageError as error:
+            outcomes.append((error.reason, error.message))
+    assert outcomes[0] == outcomes[1]
