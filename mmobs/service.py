@@ -58,6 +58,7 @@ from .hash_request import (
 from .http_errors import bad_image_body, error_body
 from .image_io import _decode_base64, parse_data_url, report_bad_image
 from .logs import configure_logging, safe_text
+from .malloc import return_large_buffers
 from .middleware import MMObsMiddleware
 from .relay import Replayer
 
@@ -151,6 +152,8 @@ class HashService:
         self._multipart_logged = False
 
     async def start(self) -> None:
+        # Request bodies are large and short-lived: hand their buffers back to the system when freed.
+        return_large_buffers()
         await self.decoder.start()
 
     async def close(self) -> None:
@@ -341,9 +344,10 @@ class HashService:
         if status == "keyed":
             return dict(outcome["item"])
         if status == "bad_image":
-            error = BadImageError(outcome["reason"], outcome["message"], param=param)
-            error.reported = True  # the worker's loader reported it; the relay counted it
-            raise error
+            # The worker's loader reported it and the relay counted it. (No local name for the
+            # error: a frame holding it would form a cycle with its traceback, keeping ``data``
+            # alive until the next full garbage collection.)
+            raise _reported(BadImageError(outcome["reason"], outcome["message"], param=param))
         if status == "too_costly":
             raise self._too_costly(outcome, shared, param)
         if status == "crashed":
@@ -381,6 +385,11 @@ class _BodyTooLarge(RequestError):
 
 class _SetupError(ServerBusy):
     """The server lacks something it needs: a 501, not the client's fault."""
+
+
+def _reported(error: BadImageError) -> BadImageError:
+    error.reported = True
+    return error
 
 
 def _budget_text(config: ServiceConfig, outcome: dict[str, Any]) -> str:
@@ -430,8 +439,12 @@ def _no_content_type(body: bytes) -> str:
 
 
 async def _read_body(request: Request) -> bytes:
-    chunks = [chunk async for chunk in request.stream()]
-    return b"".join(chunks)
+    # One growing buffer, each chunk freed as soon as it is copied: a list of chunks
+    # joined at the end would leave tens of megabytes of holes in the heap.
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+    return bytes(body)
 
 
 def _error_response(error: RequestError) -> JSONResponse:

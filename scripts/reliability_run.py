@@ -3,10 +3,12 @@
 Starts ``mmobs serve --workers 2`` on a loopback port, then:
 
 1. sends ``--requests`` requests from ``--concurrency`` clients, every
-   ``--fallback-every``-th carrying the vLLM regression JPEG (malformed EXIF),
-   recording worker RSS and the number of exported series after the first
-   thousand requests and at the end, and checks the summed fallback counter
-   equals exactly what was sent;
+   ``--fallback-every``-th carrying the vLLM regression JPEG (malformed EXIF)
+   and every ``--refused-every``-th that JPEG followed by a non-image (refused,
+   its fallback still counted: the README's rule), recording the RSS of the
+   workers and their decode workers and the number of exported series after
+   the first thousand requests and at the end, and checks the summed fallback
+   counter equals exactly the fallbacks sent;
 2. SIGKILLs one worker in the middle of a second load and checks that no count
    recorded before the kill is lost and that the service keeps answering.
 
@@ -58,7 +60,15 @@ def workers(process: ServiceProcess) -> list[psutil.Process]:
 
 
 def rss_mb(process: ServiceProcess) -> float:
-    return round(sum(w.memory_info().rss for w in workers(process)) / 1e6, 1)
+    """RSS of the workers and their decode workers."""
+    total = 0
+    for worker in workers(process):
+        for proc in [worker, *worker.children()]:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                pass
+    return round(total / 1e6, 1)
 
 
 def main() -> None:
@@ -66,6 +76,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=6000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--fallback-every", type=int, default=4)
+    parser.add_argument("--refused-every", type=int, default=10)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -75,12 +86,13 @@ def main() -> None:
                 time.sleep(0.1)
             service.metrics()  # the first scrape creates the /metrics route's own series
             report: dict[str, object] = {"workers": 2, "concurrency": args.concurrency}
+            bad_before = counter(service.metrics(), "mmobs_bad_images_total")
             first = asyncio.run(run_load(service.url, requests=1000, concurrency=args.concurrency,
-                                         fallback_every=args.fallback_every))
+                                         fallback_every=args.fallback_every, refused_every=args.refused_every))
             text = service.metrics()
             report["after_first_1000"] = {"rss_mb": rss_mb(service), "series": series(text), **first.summary()}
             rest = asyncio.run(run_load(service.url, requests=args.requests - 1000, concurrency=args.concurrency,
-                                        fallback_every=args.fallback_every))
+                                        fallback_every=args.fallback_every, refused_every=args.refused_every))
             text = service.metrics()
             sent_fallbacks = first.fallback_sent + rest.fallback_sent
             report["at_end"] = {"rss_mb": rss_mb(service), "series": series(text), **rest.summary()}
@@ -88,7 +100,10 @@ def main() -> None:
                 "requests": first.sent + rest.sent,
                 "server_errors": first.server_errors + rest.server_errors,
                 "transport_errors": first.transport_errors + rest.transport_errors,
+                "refused_sent": first.refused_sent + rest.refused_sent,
+                "refusals_counted": counter(text, "mmobs_bad_images_total") - bad_before,
                 "fallbacks_sent": sent_fallbacks,
+                "fallbacks_answered_200": first.fallback_answered + rest.fallback_answered,
                 "fallback_counter": counter(text, "mmobs_exif_fallback_total"),
                 "counts_lost": sent_fallbacks - counter(text, "mmobs_exif_fallback_total"),
             }

@@ -9,14 +9,18 @@ lists, 30 million zeros in ``mm_processor_kwargs``, a large body of escaped
 surrogates, lone surrogates in options). For every request it reports:
 
 * the status, error code and reason;
-* CPU seconds spent by the server process and by the decode workers (live
-  ones read from ``/proc``; a worker stopped and reaped during the request
-  shows in the server's ``cutime``/``cstime``);
+* CPU seconds spent by the server process and by the decode workers (read
+  from ``/proc`` every 10 ms, so a worker stopped at its budget is counted up
+  to its last 10 ms; a replacement worker's start-up is not the request's);
 * the peak extra memory of each: ``VmHWM`` (reset through ``clear_refs``
   before the request, polled every 10 ms during it, so a worker stopped at its
   budget still reports what it reached) minus ``VmRSS`` before the request;
 * ``/healthz`` latency (p50, p99, max) from probes every 25 ms while the
   request is in flight.
+
+With ``--floods`` it also measures ``/healthz`` (200 probes, each on a new
+connection) while 1,024 idle connections are open, and while 1,000
+connections send a request's headers and then trickle its body.
 
 With ``--loop N`` it then sends N requests cycling through every input and
 reports the process tree's RSS at the start and the end, the 5xx count and
@@ -193,66 +197,61 @@ class Tree:
 
 
 class Watch:
-    """Per-process CPU and peak memory from just before a request to just after it."""
+    """Per-process CPU and peak memory from just before a request to just after it.
+
+    CPU and ``VmHWM`` are polled every 10 ms, so a decode worker stopped at its
+    budget still reports what it used and reached up to its last 10 ms. A
+    worker started during the request (a replacement) is not charged to it:
+    its start-up is the server's cost, reported as ``replacements``.
+    """
 
     def __init__(self, tree: Tree) -> None:
         self.tree = tree
         self.start_rss: dict[int, int] = {}
-        self.peak: dict[int, int] = {}
         self.cpu0: dict[int, float] = {}
+        self.cpu_last: dict[int, float] = {}
+        self.peak: dict[int, int] = {}
+        self.replacements: set[int] = set()
         self._stop = threading.Event()
 
     def __enter__(self) -> Watch:
-        self.server_cpu0, self.children_cpu0 = _proc_stat(self.tree.server)
         for pid in [self.tree.server, *self.tree.workers()]:
-            self._adopt(pid)
+            try:
+                with open(f"/proc/{pid}/clear_refs", "w") as refs:
+                    refs.write("5")
+                self.start_rss[pid] = _status(pid)["VmRSS"]
+                self.cpu0[pid] = self.cpu_last[pid] = _proc_stat(pid)[0]
+            except OSError:
+                pass
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
         return self
 
-    def _adopt(self, pid: int) -> None:
-        try:
-            with open(f"/proc/{pid}/clear_refs", "w") as refs:
-                refs.write("5")
-            self.start_rss[pid] = _status(pid)["VmRSS"]
-            self.cpu0[pid] = _proc_stat(pid)[0]
-        except OSError:
-            pass
+    def _sample(self) -> None:
+        for pid in [self.tree.server, *self.tree.workers()]:
+            if pid not in self.start_rss:
+                self.replacements.add(pid)
+                continue
+            try:
+                self.cpu_last[pid] = _proc_stat(pid)[0]
+                self.peak[pid] = max(self.peak.get(pid, 0), _status(pid)["VmHWM"])
+            except OSError:
+                pass
 
     def _poll(self) -> None:
         while not self._stop.is_set():
-            for pid in [self.tree.server, *self.tree.workers()]:
-                if pid not in self.start_rss:  # a replacement started during the request
-                    self.start_rss[pid] = 0
-                    self.cpu0[pid] = 0.0
-                try:
-                    self.peak[pid] = max(self.peak.get(pid, 0), _status(pid)["VmHWM"])
-                except OSError:
-                    pass
+            self._sample()
             time.sleep(0.01)
 
     def __exit__(self, *exc: object) -> None:
-        time.sleep(0.3)  # let a stopped worker be reaped, so its CPU shows in the server's children
         self._stop.set()
         self._thread.join()
-        server_cpu1, children_cpu1 = _proc_stat(self.tree.server)
-        self.server_cpu = server_cpu1 - self.server_cpu0
-        live = 0.0
-        for pid, before in self.cpu0.items():
-            if pid == self.tree.server:
-                continue
-            try:
-                live += _proc_stat(pid)[0] - before
-            except OSError:
-                pass  # reaped: counted in the children's time below
-        self.worker_cpu = live + (children_cpu1 - self.children_cpu0)
-        self.server_extra = self.peak.get(self.tree.server, 0) - self.start_rss.get(self.tree.server, 0)
-        workers = [self.peak[p] - self.start_rss[p] for p in self.peak if p != self.tree.server and self.start_rss[p]]
-        # A replacement's baseline is unknown (it started during the request): count its peak minus a fresh worker's RSS.
-        fresh = [self.peak[p] for p in self.peak if p != self.tree.server and not self.start_rss[p]]
-        baseline = min(self.start_rss[p] for p in self.start_rss if p != self.tree.server) if len(self.start_rss) > 1 else 0
-        workers += [peak - baseline for peak in fresh]
-        self.worker_extra = max(workers, default=0)
+        self._sample()
+        server = self.tree.server
+        self.server_cpu = self.cpu_last[server] - self.cpu0[server]
+        self.worker_cpu = sum(self.cpu_last[p] - self.cpu0[p] for p in self.cpu0 if p != server)
+        self.server_extra = self.peak.get(server, 0) - self.start_rss[server]
+        self.worker_extra = max((self.peak[p] - self.start_rss[p] for p in self.peak if p != server), default=0)
 
 
 async def _send(url: str, content_type: str, body: bytes) -> tuple[int, dict[str, Any], list[float]]:
@@ -293,6 +292,7 @@ def measure(service: ServiceProcess, name: str, request: Request, size: int) -> 
         "worker_cpu_s": round(watch.worker_cpu, 3),
         "server_extra_mib": round(watch.server_extra / MiB, 1),
         "worker_extra_mib": round(watch.worker_extra / MiB, 1),
+        "replacements": len(watch.replacements),
         "healthz_probes": len(latencies),
         "healthz_p50_ms": round(1000 * statistics.median(latencies), 1) if latencies else None,
         "healthz_p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1) if latencies else None,
@@ -305,6 +305,7 @@ def main() -> None:
     parser.add_argument("--loop", type=int, default=0, help="then send this many requests cycling through the inputs")
     parser.add_argument("--json", type=Path, help="write the results here too")
     parser.add_argument("--only", default="", help="only inputs whose name contains this")
+    parser.add_argument("--floods", action="store_true", help="measure /healthz during connection floods too")
     parser.add_argument("serve_args", nargs="*", help="extra arguments for mmobs serve (after --)")
     args = parser.parse_args()
     photo = _encode(_photo_like((640, 480)), "JPEG", quality=90)
@@ -326,6 +327,9 @@ def main() -> None:
                 results.append(result)
                 print(json.dumps(result), flush=True)
             report: dict[str, Any] = {"requests": results, "load": os.getloadavg()}
+            if args.floods:
+                report["floods"] = _floods(service)
+                print(json.dumps(report["floods"]), flush=True)
             if args.loop:
                 report["loop"] = _loop(service, inputs, args.loop)
                 print(json.dumps(report["loop"]), flush=True)
@@ -333,6 +337,64 @@ def main() -> None:
             service.stop()
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
+
+
+def _probe(service: ServiceProcess, count: int) -> dict[str, Any]:
+    latencies, statuses = [], {}
+    for _ in range(count):
+        started = time.perf_counter()
+        status = httpx.get(service.url + "/healthz", timeout=30).status_code
+        latencies.append(time.perf_counter() - started)
+        statuses[status] = statuses.get(status, 0) + 1
+        time.sleep(0.01)
+    latencies.sort()
+    return {
+        "statuses": statuses,
+        "p50_ms": round(1000 * statistics.median(latencies), 1),
+        "p99_ms": round(1000 * latencies[int(0.99 * len(latencies)) - 1], 1),
+        "max_ms": round(1000 * latencies[-1], 1),
+    }
+
+
+def _floods(service: ServiceProcess) -> dict[str, Any]:
+    import socket
+
+    result: dict[str, Any] = {"no_flood": _probe(service, 200)}
+    idle = [socket.create_connection(("127.0.0.1", service.port)) for _ in range(1024)]
+    try:
+        result["idle_1024"] = _probe(service, 200)
+    finally:
+        for sock in idle:
+            sock.close()
+    head = (b"POST /v1/hash HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000000\r\n\r\n{")  # fmt: skip
+    slow = []
+    for _ in range(1000):
+        sock = socket.create_connection(("127.0.0.1", service.port))
+        sock.sendall(head)
+        slow.append(sock)
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.is_set():
+            for sock in slow:
+                try:
+                    sock.send(b" ")
+                except OSError:
+                    pass
+            stop.wait(1.0)
+
+    dripper = threading.Thread(target=trickle, daemon=True)
+    dripper.start()
+    try:
+        result["slow_body_1000"] = _probe(service, 200)
+    finally:
+        stop.set()
+        dripper.join()
+        for sock in slow:
+            sock.close()
+    result["server_5xx_counted"] = metric_value(service.metrics(), "mmobs_http_requests_total", {"status_class": "5xx"})
+    return result
 
 
 def _loop(service: ServiceProcess, inputs: list[tuple[str, Callable[[], Request]]], count: int) -> dict[str, Any]:
