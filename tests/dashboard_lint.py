@@ -60,7 +60,9 @@ RULES: dict[str, str] = {
 #: Panel types the panel rules look at (row, text and the like have no queries).
 QUERY_PANELS = frozenset({"stat", "singlestat", "graph", "table", "timeseries", "gauge", "bargauge"})
 VARIABLE_FUNCTIONS = frozenset({"label_names", "label_values", "metrics", "query_result"})
-DATASOURCE_VARIABLE_UIDS = frozenset({"$datasource", "${datasource}", "$prometheus_datasource", "${prometheus_datasource}"})
+DATASOURCE_VARIABLE_UIDS = frozenset(
+    {"$datasource", "${datasource}", "$prometheus_datasource", "${prometheus_datasource}"}
+)
 RATE_INTERVAL = "$__rate_interval"
 #: Grafana's unit ids (grafana-data valueFormats categories), the ones a Prometheus panel plausibly uses.
 VALID_UNITS = frozenset(
@@ -137,7 +139,8 @@ def template_datasource(board: Json) -> list[str]:
         if variable.get("name") not in names:
             problems.append(f"data source variable named {variable.get('name')!r}, should be one of {sorted(names)}")
         if variable.get("label") not in labels:
-            problems.append(f"data source variable labelled {variable.get('label')!r}, should be one of {sorted(labels)}")
+            label = variable.get("label")
+            problems.append(f"data source variable labelled {label!r}, should be one of {sorted(labels)}")
     return problems
 
 

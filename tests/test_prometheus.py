@@ -230,7 +230,9 @@ def test_fallback_count_and_ratio_agree_with_what_was_sent(stack):
     expected_ratio = FALLBACK_IMAGES / (FALLBACK_IMAGES + GOOD_IMAGES)
     ratio = prometheus.scalar('job:mmobs_exif_fallback_per_media_keys:ratio_rate5m{job="mmobs"}')
     assert ratio == pytest.approx(expected_ratio, rel=1e-6)
-    request_ratio = prometheus.scalar('job:mmobs_http_exif_fallback_requests_per_http_image_requests:ratio_rate5m{job="mmobs"}')
+    request_ratio = prometheus.scalar(
+        'job:mmobs_http_exif_fallback_requests_per_http_image_requests:ratio_rate5m{job="mmobs"}'
+    )
     # Per request: the fallback requests over every request that loaded an image (bad ones included).
     assert request_ratio == pytest.approx(FALLBACK_IMAGES / (FALLBACK_IMAGES + GOOD_IMAGES + BAD_IMAGES), rel=1e-6)
     assert prometheus.scalar('sum(mmobs_http_image_requests_total{job="mmobs",status_class="5xx"}) or vector(0)') == 0
