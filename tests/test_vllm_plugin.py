@@ -250,3 +250,15 @@ def test_multiprocess_series_sum_every_api_server(apps: dict[str, VllmApp]) -> N
         text = app.metrics()
         assert metric_value(text, "mmobs_exif_fallback_total") == before + 3
         assert metric_value(text, "mmobs_http_requests_total", {"route": "/v1/render"}) >= 3
+
+
+def test_every_format_vllm_opens_is_opened_or_refused_with_a_reason() -> None:
+    """mmobs's default formats and its documented refusals cover vLLM's allow-list exactly."""
+    from vllm.multimodal.image import ALLOWED_IMAGE_FORMATS
+
+    from mmobs.formats import DEFAULT_FORMATS, REFUSED_BY_DEFAULT
+
+    assert set(DEFAULT_FORMATS) <= set(ALLOWED_IMAGE_FORMATS)
+    assert set(DEFAULT_FORMATS).isdisjoint(REFUSED_BY_DEFAULT)
+    assert set(DEFAULT_FORMATS) | set(REFUSED_BY_DEFAULT) == set(ALLOWED_IMAGE_FORMATS)
+    assert all(len(reason) > 20 for reason in REFUSED_BY_DEFAULT.values())
