@@ -113,7 +113,7 @@ def _extra_inputs() -> dict[str, bytes | str]:
     """Encoded files the golden set and the corpus lack; a str says why one could not be written.
 
     Transparency in every form vLLM composites (``_has_transparency``: RGBA, LA,
-    PA, or ``transparency`` in ``info`` for P, L and RGB), with a transparent
+    PA, or ``transparency`` in ``info``, whatever the mode), with a transparent
     pixel really present; the formats of vLLM's allow-list that Pillow can
     write; EPS as a control (both loaders must refuse it: it would run Ghostscript).
     """
@@ -141,6 +141,9 @@ def _extra_inputs() -> dict[str, bytes | str]:
         "png-p-rgba-palette": lambda: encode(palette_image(rawmode="RGBA"), "PNG"),
         "png-l-trns": lambda: encode(with_pixel(noisy("L"), 7), "PNG", transparency=7),
         "png-rgb-trns": lambda: encode(with_pixel(noisy("RGB"), (1, 2, 3)), "PNG", transparency=(1, 2, 3)),
+        # vLLM composites *any* mode with a transparency entry, not only P, L and RGB.
+        "png-i16-trns": lambda: encode(with_pixel(noisy("I;16"), 7), "PNG", transparency=7),
+        "png-1-trns": lambda: encode(with_pixel(noisy("1"), 0), "PNG", transparency=0),
         "png-la": lambda: encode(noisy("LA"), "PNG"),
         "png-rgba": lambda: encode(noisy("RGBA"), "PNG"),
         "png-i16": lambda: encode(noisy("I;16"), "PNG"),
@@ -878,8 +881,18 @@ def kwargs_strategy(*, known_divergences: bool = True) -> st.SearchStrategy[dict
     return st.dictionaries(st.text(max_size=6), values, min_size=1, max_size=3)
 
 
-def run_property(oracle: Oracle, strategy: st.SearchStrategy[dict[str, Any]], profile: settings) -> int:
-    """Assert mmobs's key == vLLM's for every generated example; return how many passed."""
+def run_property(
+    oracle: Oracle,
+    strategy: st.SearchStrategy[dict[str, Any]],
+    profile: settings,
+    *,
+    mmobs_side: Side = "mmobs",
+) -> int:
+    """Assert mmobs's key == vLLM's for every generated example; return how many passed.
+
+    ``mmobs_side="vllm"`` hands mmobs the very objects vLLM gets (vLLM's own
+    MediaWithBytes class), as the vLLM plugin does.
+    """
     passed = 0
 
     @profile
@@ -891,7 +904,7 @@ def run_property(oracle: Oracle, strategy: st.SearchStrategy[dict[str, Any]], pr
             f"the strategies generated an input vLLM has no deterministic key for ({vllm_key.reason}); "
             "exclude it with a comment naming the deliberate difference"
         )
-        assert MultiModalHasher.hash_kwargs(algorithm, **build(tree, "mmobs")) == vllm_key
+        assert MultiModalHasher.hash_kwargs(algorithm, **build(tree, mmobs_side)) == vllm_key
         passed += 1
 
     with quiet_vllm_hasher(), warnings.catch_warnings():
@@ -925,3 +938,15 @@ def test_strategies_cover_every_pil_mode() -> None:
     """The property run is not narrower than it claims: the modes come from Pillow, and include these."""
     assert set(_MODES) >= {"1", "L", "P", "LA", "PA", "RGB", "RGBA", "RGBX", "CMYK", "YCbCr", "LAB", "HSV",
                            "I", "I;16", "I;16B", "I;16L", "F", "La", "RGBa"}  # fmt: skip
+
+
+def test_property_vllm_media_objects_keyed_by_mmobs(oracle: Oracle) -> None:
+    """Duck typing: vLLM's own MediaWithBytes (images, frames, tensor frames) keyed by mmobs."""
+    frames = _video_frames()
+    strategy = st.one_of(
+        _media_with_bytes(_images()),
+        _media_with_bytes(frames),
+        _media_with_bytes(frames.map(_tensor_frames)),
+    )
+    passed = run_property(oracle, st.fixed_dictionaries({"media": strategy}), _FOCUSED, mmobs_side="vllm")
+    assert passed >= _FOCUSED.max_examples
