@@ -535,8 +535,9 @@ def test_deliberate_difference(oracle: Oracle, case_id: str) -> None:
 # Divergences the property run found, pinned as plain cases
 # =============================================================================
 
-#: name -> (fresh input, the algorithms vLLM keys it with). mmobs raised TypeError on each
-#: ("memoryview: cannot cast view with zeros in shape or strides"): a C-contiguous
+#: name -> (fresh input, the algorithms vLLM keys it with). The property run found mmobs
+#: raising TypeError on each ("memoryview: cannot cast view with zeros in shape or strides",
+#: fixed since, these are its regression cases): a C-contiguous
 #: memoryview of two or more dimensions, one of length 0; vLLM keys it as the empty byte
 #: string (blake3 takes byte formats only, hashlib any).
 FOUND_CASES: dict[str, tuple[Callable[[], Any], tuple[str, ...]]] = {
