@@ -438,6 +438,8 @@ _B64 = __import__("base64").b64encode(PHOTO_JPEG).decode()
         "data:image/png;base64,iVBO\u00e9\u00e9",
         "ftp://x/y.png",
     ],
+    ids=["plain", "upper-case", "no-comma", "long-header", "text-plain", "bad-base64", "not-base64", "surrogate",
+         "non-ascii-payload", "ftp"],
 )
 def test_data_urls_from_a_decode_worker_decode_as_text_ones_do(url: str) -> None:
     """Large bodies come back from the worker as UTF-8 bytes; the same URL must give the same bytes or refusal."""
