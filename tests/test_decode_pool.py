@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import signal
 import time
@@ -74,36 +75,44 @@ def facts(recorder: RecordingObserver) -> dict[str, Any]:
     }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", ["regression-jpeg", "photo", "rgba-png", "gray-bad-exif", "truncated", "too-many-pixels"])
-def test_keys_and_events_are_the_ones_in_process(name: str) -> None:
-    data = {
-        "regression-jpeg": BAD_HEADER_JPEG,
-        "photo": PHOTO_JPEG,
-        "rgba-png": RGBA_PNG,
-        "gray-bad-exif": GRAY_BAD_EXIF,
-        "truncated": images.jpeg_bytes()[:400],
-        "too-many-pixels": images.png_header_only(40000, 40000),
-    }[name]
-    local = RecordingObserver()
-    with observing(local):
-        try:
-            media = ImageMediaIO(**LIMITS).load_bytes(data)  # type: ignore[arg-type]
-            expected: str | None = MultiModalHasher.hash_kwargs("blake3", image=media)
-            expected_mode = (media.media.mode, Image.open(__import__("io").BytesIO(data)).mode)
-        except ValueError:
-            expected = None
+CASES = {
+    "regression-jpeg": BAD_HEADER_JPEG,
+    "photo": PHOTO_JPEG,
+    "rgba-png": RGBA_PNG,
+    "gray-bad-exif": GRAY_BAD_EXIF,
+    "truncated": images.jpeg_bytes()[:400],
+    "too-many-pixels": images.png_header_only(40000, 40000),
+}
+
+
+def test_keys_and_events_are_the_ones_in_process() -> None:
+    """Each case through a worker: the same key, modes and refusal, and observers see the same events."""
+    expected: dict[str, Any] = {}
+    for name, data in CASES.items():
+        local = RecordingObserver()
+        with observing(local):
+            try:
+                media = ImageMediaIO(**LIMITS).load_bytes(data)  # type: ignore[arg-type]
+                key: str | None = MultiModalHasher.hash_kwargs("blake3", image=media)
+                modes = (media.media.mode, Image.open(io.BytesIO(data)).mode)
+            except ValueError:
+                key, modes = None, None
+        expected[name] = (key, modes, local)
 
     async def scenario(pool: DecodePool) -> None:
-        remote = RecordingObserver()
-        outcome, _ = await pool.run(key_header(), [data], Replayer(remote, data))
-        if expected is None:
-            assert outcome["status"] == "bad_image" and outcome["reason"] == local.bad_images[0].reason
-        else:
-            assert outcome["status"] == "keyed", outcome
-            assert outcome["item"]["mm_hash"] == expected
-            assert (outcome["item"]["mode"], outcome["item"]["source_mode"]) == expected_mode
-            assert outcome["item"]["exif_fallback"] is bool(local.fallbacks)
-        assert facts(remote) == facts(local)
+        for name, data in CASES.items():
+            key, modes, local = expected[name]
+            remote = RecordingObserver()
+            outcome, _ = await pool.run(key_header(), [data], Replayer(remote, data))
+            if key is None:
+                assert outcome["status"] == "bad_image" and outcome["reason"] == local.bad_images[0].reason, name
+            else:
+                assert outcome["status"] == "keyed", (name, outcome)
+                assert outcome["item"]["mm_hash"] == key, name
+                assert (outcome["item"]["mode"], outcome["item"]["source_mode"]) == modes, name
+                assert outcome["item"]["exif_fallback"] is bool(local.fallbacks), name
+            assert facts(remote) == facts(local), name
+        assert sum(bool(expected[n][2].fallbacks) for n in CASES) == 2  # the relay was really exercised
 
     with_pool(PoolSettings(size=1), scenario)
 
