@@ -288,7 +288,9 @@ class DecodePool:
         except asyncio.QueueEmpty:
             pass
         if self._waiting >= self.settings.queue_limit:
-            raise ServerBusy(f"all {self.settings.size} decode workers are busy and {self._waiting} requests are waiting")
+            raise ServerBusy(
+                f"all {self.settings.size} decode workers are busy and {self._waiting} requests are waiting"
+            )
         self._waiting += 1
         try:
             return await asyncio.wait_for(self._idle.get(), self.settings.queue_timeout)

@@ -157,7 +157,9 @@ def parse_body(body: bytes, params: dict[str, Any]) -> tuple[dict[str, Any], tup
     return {"status": "parsed", "options": parsed.options, "params": [param for param, _ in parsed.sources]}, urls
 
 
-def run_task(header: Any, blobs: list[bytes], relay: RelayObserver, budget: int) -> tuple[dict[str, Any], tuple[bytes, ...]]:
+def run_task(
+    header: Any, blobs: list[bytes], relay: RelayObserver, budget: int
+) -> tuple[dict[str, Any], tuple[bytes, ...]]:
     """One task under the CPU timer; the outcome as plain data (never raises)."""
     kind, params = header
     out: tuple[bytes, ...] = ()

@@ -250,7 +250,9 @@ class RemoteFetcher:
                 "fetch_failed", f"the server's response is incomplete or malformed: {str(error)[:120]}"
             ) from None
         except (OSError, ssl.SSLError) as error:
-            raise BadImageError("fetch_failed", f"fetching the image failed: {type(error).__name__}: {str(error)[:150]}") from None
+            raise BadImageError(
+                "fetch_failed", f"fetching the image failed: {type(error).__name__}: {str(error)[:150]}"
+            ) from None
 
     def _check_response(self, response: h11.Response) -> None:
         if 300 <= response.status_code < 400:

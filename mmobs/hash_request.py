@@ -113,7 +113,9 @@ def _parse_int(text: str) -> int:
     # int() is quadratic in the digits (CPython caps it at 4,300 digits, which still
     # costs ~0.2 ms each): refuse long literals before converting them.
     if len(text) > _MAX_INT_DIGITS:
-        raise RequestError(400, "invalid_json", f"the JSON body has an integer literal of more than {_MAX_INT_DIGITS} digits")
+        raise RequestError(
+            400, "invalid_json", f"the JSON body has an integer literal of more than {_MAX_INT_DIGITS} digits"
+        )
     return int(text)
 
 

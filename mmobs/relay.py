@@ -179,8 +179,15 @@ class RelayObserver(HashObserver):
         self._send("bad_image", (error.reason, error.message))
 
     def warning(self, message: Warning | str, category: type[Warning], filename: str, lineno: int) -> None:
-        self._send("warning", (describe_error(message)[1] if isinstance(message, Warning) else str(message)[:_MAX_TEXT],
-                               [(c.__module__, c.__qualname__) for c in category.__mro__], filename, lineno))
+        self._send(
+            "warning",
+            (
+                describe_error(message)[1] if isinstance(message, Warning) else str(message)[:_MAX_TEXT],
+                [(c.__module__, c.__qualname__) for c in category.__mro__],
+                filename,
+                lineno,
+            ),
+        )
 
 
 def _media_facts(media: Any) -> tuple[ImageFacts, dict[str, Any] | None, bool]:
@@ -231,10 +238,12 @@ class Replayer:
         if name == "exif_fallback":
             kind, (classes, text), key_source, facts, has_bytes = payload
             original = self.original_bytes if has_bytes else None
-            observer.exif_fallback(ExifFallback(kind, relayed_error(classes, text), key_source, facts, original))  # type: ignore[arg-type]
+            error = relayed_error(classes, text)
+            observer.exif_fallback(ExifFallback(kind, error, key_source, facts, original))  # type: ignore[arg-type]
         elif name == "exif_transpose_failed":
             (classes, text), facts = payload
-            observer.exif_transpose_failed(TransposeFailure(relayed_error(classes, text), facts))  # type: ignore[arg-type]
+            error = relayed_error(classes, text)
+            observer.exif_transpose_failed(TransposeFailure(error, facts))  # type: ignore[arg-type]
         elif name == "media_keyed":
             kind, key_source, item_digest, facts, io_config, with_bytes = payload
             observer.media_keyed(MediaKeyed(kind, key_source, self._media(facts, io_config, with_bytes), item_digest))

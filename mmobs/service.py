@@ -295,9 +295,9 @@ class HashService:
         except (RequestError, ServerBusy, ClientDisconnect):
             raise
         except HTTPException as error:  # Starlette's wrapping of python-multipart's refusals
-            raise RequestError(400, "invalid_multipart", f"the multipart body is malformed: {str(error.detail)[:200]}") from None
+            raise _malformed_multipart(str(error.detail)) from None
         except Exception as error:  # noqa: BLE001 - python-multipart raises several types
-            raise RequestError(400, "invalid_multipart", f"the multipart body is malformed: {str(error)[:200]}") from None
+            raise _malformed_multipart(str(error)) from None
         try:
             sources: list[_Source] = []
             options: dict[str, Any] = {}
@@ -370,7 +370,8 @@ class HashService:
     def _unexpected(self, outcome: dict[str, Any]) -> Exception:
         if outcome["status"] == "server_busy":
             _log.warning("decode_unavailable", detail=safe_text(outcome.get("detail", "")))
-            return ServerBusy(f"the server could not decode the image ({outcome.get('detail', 'busy')}); retry later", 2)
+            detail = outcome.get("detail", "busy")
+            return ServerBusy(f"the server could not decode the image ({detail}); retry later", 2)
         _log.error("decode_worker_error", outcome=safe_text(outcome))
         return RuntimeError(f"decode worker: {outcome.get('detail', outcome['status'])}")
 
@@ -385,6 +386,10 @@ class _BodyTooLarge(RequestError):
 
 class _SetupError(ServerBusy):
     """The server lacks something it needs: a 501, not the client's fault."""
+
+
+def _malformed_multipart(detail: str) -> RequestError:
+    return RequestError(400, "invalid_multipart", f"the multipart body is malformed: {detail[:200]}")
 
 
 def _reported(error: BadImageError) -> BadImageError:

@@ -136,16 +136,38 @@ def _json(document: Any) -> bytes:
 def request_inputs(photo: bytes) -> list[tuple[str, Callable[[], Request]]]:
     url = "data:image/jpeg;base64," + base64.b64encode(photo).decode()
     return [
-        ("JSON: 60 MiB of empty lists", lambda: ("application/json", b'{"images":[' + b"[]," * (20 * MiB) + b'"x"]}', "")),
-        ("JSON: mm_processor_kwargs of 30M zeros", lambda: (
-            "application/json", b'{"images":["' + url.encode() + b'"],"mm_processor_kwargs":{"z":[' + b"0," * (30 * MiB) + b"0]}}", "")),
-        ("JSON: 60 MiB of escaped surrogates", lambda: (
-            "application/json", b'{"images":["' + url.encode() + b'"],"model_id":"' + b"\\ud83d\\ude00" * (5 * MiB) + b'"}', "")),
-        ("JSON: 16,000 integers of 4,000 digits", lambda: (
-            "application/json", b'{"images":["x"],"n":[' + b",".join([b"9" * 4000] * 16000) + b"]}", "")),
-        ("JSON: lone surrogate in model_id", lambda: ("application/json", _json({"images": [url], "model_id": "\ud800"}), "")),
-        ("JSON: lone surrogate in a processor kwarg", lambda: (
-            "application/json", _json({"images": [url], "mm_processor_kwargs": {"\ud800": "\udfff"}}), "")),
+        (
+            "JSON: 60 MiB of empty lists",
+            lambda: ("application/json", b'{"images":[' + b"[]," * (20 * MiB) + b'"x"]}', ""),
+        ),
+        (
+            "JSON: mm_processor_kwargs of 30M zeros",
+            lambda: (
+                "application/json",
+                b'{"images":["' + url.encode() + b'"],"mm_processor_kwargs":{"z":[' + b"0," * (30 * MiB) + b"0]}}",
+                "",
+            ),
+        ),
+        (
+            "JSON: 60 MiB of escaped surrogates",
+            lambda: (
+                "application/json",
+                b'{"images":["' + url.encode() + b'"],"model_id":"' + b"\\ud83d\\ude00" * (5 * MiB) + b'"}',
+                "",
+            ),
+        ),
+        (
+            "JSON: 16,000 integers of 4,000 digits",
+            lambda: ("application/json", b'{"images":["x"],"n":[' + b",".join([b"9" * 4000] * 16000) + b"]}", ""),
+        ),
+        (
+            "JSON: lone surrogate in model_id",
+            lambda: ("application/json", _json({"images": [url], "model_id": "\ud800"}), ""),
+        ),
+        (
+            "JSON: lone surrogate in a processor kwarg",
+            lambda: ("application/json", _json({"images": [url], "mm_processor_kwargs": {"\ud800": "\udfff"}}), ""),
+        ),
     ]
 
 
@@ -257,7 +279,9 @@ class Watch:
 async def _send(url: str, content_type: str, body: bytes) -> tuple[int, dict[str, Any], list[float]]:
     latencies: list[float] = []
     async with httpx.AsyncClient(timeout=120) as client:
-        task = asyncio.ensure_future(client.post(url + "/v1/hash", content=body, headers={"content-type": content_type}))
+        task = asyncio.ensure_future(
+            client.post(url + "/v1/hash", content=body, headers={"content-type": content_type})
+        )
         async with httpx.AsyncClient(timeout=30) as probe:
             while not task.done():
                 started = time.perf_counter()
@@ -295,7 +319,9 @@ def measure(service: ServiceProcess, name: str, request: Request, size: int) -> 
         "replacements": len(watch.replacements),
         "healthz_probes": len(latencies),
         "healthz_p50_ms": round(1000 * statistics.median(latencies), 1) if latencies else None,
-        "healthz_p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1) if latencies else None,
+        "healthz_p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1)
+        if latencies
+        else None,
         "healthz_max_ms": round(1000 * latencies[-1], 1) if latencies else None,
     }
 
@@ -401,8 +427,9 @@ def _loop(service: ServiceProcess, inputs: list[tuple[str, Callable[[], Request]
     tree = Tree(service.process.pid)
     built = [build() for _, build in inputs]
     text = service.metrics()
-    bad_before, errors_before = metric_value(text, "mmobs_bad_images_total"), metric_value(
-        text, "mmobs_http_requests_total", {"status_class": "5xx"}
+    bad_before, errors_before = (
+        metric_value(text, "mmobs_bad_images_total"),
+        metric_value(text, "mmobs_http_requests_total", {"status_class": "5xx"}),
     )
     statuses: dict[int, int] = {}
     refusals = 0

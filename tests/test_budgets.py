@@ -40,9 +40,7 @@ BAD = "mmobs_bad_images_total"
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    process = ServiceProcess(
-        tmp_path_factory.mktemp("budgets"), "--max-request-cpu-seconds", "0.05"
-    )
+    process = ServiceProcess(tmp_path_factory.mktemp("budgets"), "--max-request-cpu-seconds", "0.05")
     yield process
     process.stop()
 
@@ -92,7 +90,10 @@ def test_the_budget_is_per_request_shared_by_its_images(service: ServiceProcess)
 def test_a_fallback_before_a_refused_image_is_counted(service: ServiceProcess) -> None:
     """It happened: the EXIF fallback of images[0] counts although the request is refused for images[1]."""
     text = service.metrics()
-    fallbacks, requests = metric_value(text, "mmobs_exif_fallback_total"), metric_value(text, "mmobs_http_exif_fallback_requests_total")
+    fallbacks, requests = (
+        metric_value(text, "mmobs_exif_fallback_total"),
+        metric_value(text, "mmobs_http_exif_fallback_requests_total"),
+    )
     refusal(post(service, BAD_HEADER_JPEG, SLOW_PNG), "images[1]")
     text = service.metrics()
     assert metric_value(text, "mmobs_exif_fallback_total") - fallbacks == 1
@@ -143,6 +144,7 @@ def test_over_the_memory_budget_is_400_too_costly_and_workers_go_with_the_servic
 def test_a_full_line_is_503_with_retry_after_and_counted(tmp_path: Path) -> None:
     process = ServiceProcess(tmp_path, "--decode-workers", "1", "--decode-queue", "1", "--decode-queue-timeout", "0.05")
     try:
+
         async def run() -> list[httpx.Response]:
             async with httpx.AsyncClient(base_url=process.url, timeout=30) as client:
                 body = {"images": [data_url(SLOW_PNG, "image/png")]}
@@ -156,7 +158,9 @@ def test_a_full_line_is_503_with_retry_after_and_counted(tmp_path: Path) -> None
             assert response.headers["retry-after"].isdigit() and response.headers["x-request-id"].startswith("q-")
             assert response.json()["error"]["code"] == "server_busy"
         text = process.metrics()
-        assert metric_value(text, "mmobs_http_requests_total", {"route": "/v1/hash", "status_class": "5xx"}) == len(busy)
+        assert metric_value(text, "mmobs_http_requests_total", {"route": "/v1/hash", "status_class": "5xx"}) == len(
+            busy
+        )
     finally:
         process.stop()
 
@@ -184,7 +188,9 @@ def test_without_python_multipart_an_upload_is_a_server_setup_error(tmp_path: Pa
 
 
 @pytest.mark.parametrize(("error", "status"), [(RuntimeError("a bug"), 500), (MemoryError(), 503)])
-def test_server_side_failures_carry_the_request_id(monkeypatch: pytest.MonkeyPatch, error: BaseException, status: int) -> None:
+def test_server_side_failures_carry_the_request_id(
+    monkeypatch: pytest.MonkeyPatch, error: BaseException, status: int
+) -> None:
     app = create_app(ServiceConfig(decode_workers=0))
 
     async def broken(*args: object, **kwargs: object) -> None:
@@ -193,7 +199,9 @@ def test_server_side_failures_carry_the_request_id(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(app.state.service.decoder, "run", broken)
     with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
         with TestClient(app) as client:
-            response = client.post("/v1/hash", json={"images": [data_url(PHOTO_JPEG)]}, headers={"x-request-id": "srv-1"})
+            response = client.post(
+                "/v1/hash", json={"images": [data_url(PHOTO_JPEG)]}, headers={"x-request-id": "srv-1"}
+            )
     assert response.status_code == status
     assert response.headers["x-request-id"] == "srv-1"
     assert response.json()["error"]["type"] == "server_error"

@@ -98,12 +98,19 @@ def test_healthz_and_hashing_answer_during_a_slow_body_flood(service: ServicePro
         for sock in slow[:50]:  # some keep dripping: a byte now and then never resets the deadline
             sock.sendall(b"A")
         assert max(probe(service, 10)) < DEADLINE / 2
-        response = httpx.post(service.url + "/v1/hash", json={"images": [data_url(golden.input_bytes("photo.jpg"))]}, timeout=10)
+        response = httpx.post(
+            service.url + "/v1/hash", json={"images": [data_url(golden.input_bytes("photo.jpg"))]}, timeout=10
+        )
         assert response.status_code == 200, response.text
         assert wait_until(lambda: all(closed_by_server(s) for s in slow), DEADLINE + 3)
         # The uploads the deadline cut short are the clients' fault, counted as such; nothing is a 5xx.
         assert wait_until(
-            lambda: metric_value(service.metrics(), "mmobs_http_requests_total", {"route": "/v1/hash", "status_class": "4xx"}) >= 290,
+            lambda: (
+                metric_value(
+                    service.metrics(), "mmobs_http_requests_total", {"route": "/v1/hash", "status_class": "4xx"}
+                )
+                >= 290
+            ),
             3,
         )
         text = service.metrics()

@@ -170,7 +170,9 @@ def test_cpu_budget_stops_the_task_and_the_worker_is_replaced() -> None:
         assert pool.pids() != [victim] and not psutil.pid_exists(victim)
         outcome, _ = await pool.run(key_header(), [PHOTO_JPEG], Replayer(RecordingObserver(), PHOTO_JPEG))
         assert outcome["status"] == "keyed"
-        assert 0.05 < (await pool.run(key_header(), [SLOW_PNG], Replayer(RecordingObserver(), SLOW_PNG)))[0]["cpu_seconds"]
+        assert (
+            0.05 < (await pool.run(key_header(), [SLOW_PNG], Replayer(RecordingObserver(), SLOW_PNG)))[0]["cpu_seconds"]
+        )
 
     with_pool(PoolSettings(size=1), scenario)
 
@@ -189,7 +191,9 @@ def test_memory_budget_is_too_costly_never_corrupt() -> None:
         assert outcome["peak_rss"] - outcome["idle_rss"] < 64 * 1024 * 1024 + len(flat)
         await wait_ready(pool, 1)
         assert pool.pids() != [before]  # a worker that ran out of memory is not trusted with more work
-        assert (await pool.run(key_header(), [PHOTO_JPEG], Replayer(RecordingObserver(), PHOTO_JPEG)))[0]["status"] == "keyed"
+        assert (await pool.run(key_header(), [PHOTO_JPEG], Replayer(RecordingObserver(), PHOTO_JPEG)))[0][
+            "status"
+        ] == "keyed"
 
     with_pool(PoolSettings(size=1, memory_bytes=64 * 1024 * 1024), scenario)
 

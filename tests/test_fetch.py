@@ -179,7 +179,9 @@ def test_resolves_once_checks_every_address_and_connects_to_the_checked_one(orig
 
     port = origin.server_address[1]
     url = f"http://images.test:{port}/photo.jpg"
-    mixed = RemoteFetcher(["images.test"], max_bytes=200_000, timeout_seconds=1.0, resolver=resolver(["93.184.216.34", "127.0.0.1"]))
+    mixed = RemoteFetcher(
+        ["images.test"], max_bytes=200_000, timeout_seconds=1.0, resolver=resolver(["93.184.216.34", "127.0.0.1"])
+    )
     before = origin.connections
     error = _refusal(mixed, url)
     assert error.reason == "unsupported_url" and "(127.0.0.1)" in error.message
@@ -203,7 +205,12 @@ def test_ipv6_literal_is_split_right() -> None:
         assert _fetcher(("::1",)).fetch_blocking(f"http://[::1]:{port}/photo.jpg") == PHOTO
         assert running.hosts[-1] == f"[::1]:{port}"
     remote = parse_remote_url("https://[2001:DB8::1]/x.png?a=1")
-    assert (remote.host, remote.port, remote.target, remote.host_header) == ("2001:db8::1", 443, "/x.png?a=1", "[2001:db8::1]")
+    assert (remote.host, remote.port, remote.target, remote.host_header) == (
+        "2001:db8::1",
+        443,
+        "/x.png?a=1",
+        "[2001:db8::1]",
+    )
 
 
 # -- what is refused without any network -------------------------------------------------------------
@@ -284,7 +291,9 @@ def test_service_fetches_only_when_allowed(tmp_path: Path, origin: _ImageServer)
         assert "--allow-remote-host" in response.json()["error"]["message"]
     finally:
         default.stop()
-    allowed = ServiceProcess(tmp_path, "--allow-remote-host", "127.0.0.1", "--fetch-allow-private", "--decode-workers", "1")
+    allowed = ServiceProcess(
+        tmp_path, "--allow-remote-host", "127.0.0.1", "--fetch-allow-private", "--decode-workers", "1"
+    )
     try:
         response = httpx.post(allowed.url + "/v1/hash", json={"images": [url]})
         assert response.status_code == 200, response.text

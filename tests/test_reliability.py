@@ -70,8 +70,8 @@ def test_load_with_exact_accounting_and_flat_memory(two_workers: ServiceProcess)
     for result in (warm, main):
         assert result.transport_errors == 0
         assert result.server_errors == 0
-        assert result.statuses == {200: result.sent - result.refused_sent, 400: result.refused_sent} if result.refused_sent \
-            else {200: result.sent}
+        expected = {200: result.sent - result.refused_sent, 400: result.refused_sent}
+        assert result.statuses == (expected if result.refused_sent else {200: result.sent})
         assert result.refused_answered == result.refused_sent
         assert result.fallback_answered == result.fallback_sent - result.refused_sent
     sent_fallbacks = warm.fallback_sent + main.fallback_sent
@@ -188,8 +188,8 @@ def test_metrics_on_a_separate_port_honour_the_token(tmp_path: Path):
         assert httpx.get(metrics_url, headers={"Authorization": "Bearer nope"}).status_code == 401
         text = httpx.get(metrics_url, headers={"Authorization": "Bearer s3cret"}).text
         assert fallback_total(text) == 1
-        openmetrics = httpx.get(metrics_url, headers={"Authorization": "Bearer s3cret",
-                                                      "Accept": "application/openmetrics-text; version=1.0.0"})  # fmt: skip
+        accept = "application/openmetrics-text; version=1.0.0"
+        openmetrics = httpx.get(metrics_url, headers={"Authorization": "Bearer s3cret", "Accept": accept})
         assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
         assert openmetrics.text.endswith("# EOF\n")
     finally:
