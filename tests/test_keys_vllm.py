@@ -410,6 +410,22 @@ def _encode(image: Image.Image, fmt: str, **params: Any) -> bytes:
     return buffer.getvalue()
 
 
+def _gifs() -> dict[str, bytes]:
+    indexed = Image.frombytes("P", (9, 7), bytes(range(63)))
+    indexed.putpalette(np.random.default_rng(6).bytes(768))
+    clear = indexed.copy()
+    clear.info["transparency"] = 5
+    gray = _pixels("L", (9, 7), 7)
+    return {
+        "p": _encode(indexed, "GIF"),
+        "p-transparency": _encode(clear, "GIF", transparency=5),
+        "l": _encode(gray, "GIF"),
+        "animated-transparency": _encode(clear, "GIF", transparency=5, save_all=True, append_images=[indexed], disposal=2),
+        "animated-later-transparency": _encode(indexed, "GIF", save_all=True, append_images=[clear]),
+        "local-palettes": _encode(indexed, "GIF", save_all=True, append_images=[_pixels("P", (9, 7), 8)], optimize=False),
+    }
+
+
 def _png_split_idat_late_trns() -> bytes:
     """An RGB PNG whose image data spans two IDAT chunks, and a tRNS after them."""
     width, height = 9, 7
@@ -451,6 +467,68 @@ def test_each_case_the_header_cannot_decide_is_decoded(vllm: Any, name: str) -> 
     LEDGER["decode_case_decoded"] += 1
 
 
+def _transparent(mode: str, value: Any, seed: int) -> Image.Image:
+    image = _pixels(mode, (9, 7), seed)
+    image.info["transparency"] = value
+    return image
+
+
+def _header_cases() -> dict[str, bytes]:
+    """One input per branch the header decides: each mode, with and without transparency, per format."""
+    orientation = Image.Exif()
+    orientation[ORIENTATION_TAG] = 6
+    px = _pixels
+    cases = {
+        "jpeg-rgb": _encode(px("RGB", (9, 7), 1), "JPEG"),
+        "jpeg-l": _encode(px("L", (9, 7), 2), "JPEG"),
+        "jpeg-cmyk": _encode(px("CMYK", (9, 7), 3), "JPEG"),
+        "jpeg-progressive-orientation-6": _encode(px("RGB", (9, 7), 4), "JPEG", progressive=True,
+                                                  exif=orientation.tobytes()),
+        "png-rgb": _encode(px("RGB", (9, 7), 5), "PNG"),
+        "png-rgb-trns": _encode(px("RGB", (9, 7), 6), "PNG", transparency=(1, 2, 3)),
+        "png-l-trns": _encode(px("L", (9, 7), 7), "PNG", transparency=7),
+        "png-1": _encode(px("1", (9, 7), 8), "PNG"),
+        "png-p": _encode(px("P", (9, 7), 9), "PNG"),
+        "png-p-trns": _encode(px("P", (9, 7), 10), "PNG", transparency=b"\x00\x80\xff"),
+        "png-la": _encode(px("LA", (9, 7), 11), "PNG"),
+        "png-rgba": _encode(px("RGBA", (9, 7), 12), "PNG"),
+        "png-i16": _encode(px("I;16", (9, 7), 13), "PNG"),
+        "apng-rgba": _encode(px("RGBA", (9, 7), 14), "PNG", save_all=True, append_images=[px("RGBA", (9, 7), 15)]),
+        "gif-p-transparency": _gifs()["p-transparency"],
+        "gif-l": _gifs()["l"],
+        "webp-rgb": _encode(px("RGB", (9, 7), 16), "WEBP"),
+        "webp-rgba-lossless": _encode(px("RGBA", (9, 7), 17), "WEBP", lossless=True),
+        "webp-animated": _encode(px("RGB", (9, 7), 18), "WEBP", save_all=True, append_images=[px("RGBA", (9, 7), 19)]),
+        "bmp-1": _encode(px("1", (9, 7), 20), "BMP"),
+        "bmp-p": _encode(px("P", (9, 7), 21), "BMP"),
+        "bmp-rgba": _encode(px("RGBA", (9, 7), 22), "BMP"),
+        "tiff-rgb-jpeg": _encode(px("RGB", (16, 16), 23), "TIFF", compression="jpeg"),
+        "tiff-rgba-orientation-8": _encode(px("RGBA", (9, 7), 24), "TIFF", tiffinfo={274: 8}),
+        "tiff-cmyk": _encode(px("CMYK", (9, 7), 25), "TIFF"),
+        "tiff-la": _encode(px("LA", (9, 7), 26), "TIFF"),
+        "tiff-i16": _encode(px("I;16", (9, 7), 27), "TIFF"),
+        "tiff-p-lzw": _encode(px("P", (9, 7), 28), "TIFF", compression="tiff_lzw"),
+    }
+    if "AVIF" in Image.SAVE:
+        cases["avif-rgba"] = _encode(px("RGBA", (9, 7), 29), "AVIF")
+    return cases
+
+
+HEADER_CASES = _header_cases()
+
+
+@pytest.mark.parametrize("name", sorted(HEADER_CASES))
+def test_each_header_branch_keys_as_vllm_without_decoding(vllm: Any, name: str) -> None:
+    data = HEADER_CASES[name]
+    for image_mode in (*MODES, "P", "CMYK", "LA"):
+        for color in COLORS:
+            io_ = ImageMediaIO(image_mode, color, formats=_vllm_formats(vllm))
+            with observing(None):
+                found = key_image(io_, data)
+            assert found.key_path == "header", (name, found)
+            assert compare(vllm, data, image_mode, color, io=io_, label=name) == "equal"
+
+
 def test_a_jpeg_without_scan_data_is_refused_by_both(vllm: Any) -> None:
     whole = _encode(_pixels("RGB", (9, 7), 5), "JPEG")
     no_scan = whole[: whole.index(b"\xff\xda")]
@@ -458,22 +536,6 @@ def test_a_jpeg_without_scan_data_is_refused_by_both(vllm: Any) -> None:
     with observing(None), pytest.raises(BadImageError) as refused:
         key_for_bytes(no_scan)
     assert refused.value.reason == "corrupt"
-
-
-def _gifs() -> dict[str, bytes]:
-    indexed = Image.frombytes("P", (9, 7), bytes(range(63)))
-    indexed.putpalette(np.random.default_rng(6).bytes(768))
-    clear = indexed.copy()
-    clear.info["transparency"] = 5
-    gray = _pixels("L", (9, 7), 7)
-    return {
-        "p": _encode(indexed, "GIF"),
-        "p-transparency": _encode(clear, "GIF", transparency=5),
-        "l": _encode(gray, "GIF"),
-        "animated-transparency": _encode(clear, "GIF", transparency=5, save_all=True, append_images=[indexed], disposal=2),
-        "animated-later-transparency": _encode(indexed, "GIF", save_all=True, append_images=[clear]),
-        "local-palettes": _encode(indexed, "GIF", save_all=True, append_images=[_pixels("P", (9, 7), 8)], optimize=False),
-    }
 
 
 @pytest.mark.parametrize("strategy", ["RGB_AFTER_FIRST", "RGB_AFTER_DIFFERENT_PALETTE_ONLY", "RGB_ALWAYS"])
