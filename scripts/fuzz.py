@@ -138,7 +138,9 @@ def load_modules(instrument: bool = False) -> None:
         from mmobs.instrument import Instrumentation
         from mmobs.metrics import exception_label
     import make_corpus
+    from tests.reference import FR, ref_item, ref_pixel_key, stream_key
 
+    M.FR, M.ref_item, M.ref_pixel_key, M.stream_key = FR, ref_item, ref_pixel_key, stream_key
     M.np, M.blake3, M.Image, M.CollectorRegistry = np, blake3, Image, CollectorRegistry
     M.BAD_IMAGE_REASONS, M.BadImageError = BAD_IMAGE_REASONS, BadImageError
     M.ExifFallback, M.HashObserver, M.RecordingObserver = ExifFallback, HashObserver, RecordingObserver
@@ -464,29 +466,14 @@ def original_bytes_key(media: Any) -> str:
     value: object = media.original_bytes
     if media.io_config:
         value = {"io_config": media.io_config, "data": media.original_bytes}
-    digest = M.blake3()
-    digest.update(struct.pack("<Q", 5) + b"image\x03")
-    for chunk in M.MultiModalHasher.iter_item_to_bytes("image", value):
-        digest.update(chunk)
-    return digest.hexdigest()
+    return M.stream_key(M.FR(b"image") + b"\x03" + b"".join(M.ref_item("image", value)))
 
 
 def asarray_key(image: Any) -> str:
     """vLLM's pixel key: the item ``image`` of ``{mode, data: np.asarray(image)[, palette...]}``."""
-    item: dict[str, object] = {"mode": image.mode, "data": M.np.asarray(image)}
-    palette = image.palette
-    if palette is not None:
-        if palette.palette is not None:
-            item["palette"] = palette.palette
-        if palette.rawmode is not None:
-            item["palette_rawmode"] = palette.rawmode
-    digest = M.blake3()
-    digest.update(struct.pack("<Q", 5) + b"image\x03")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a bytearray palette is keyed through pickle, with a warning
-        for chunk in M.MultiModalHasher.iter_item_to_bytes("image", item):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return M.ref_pixel_key("image", image)
 
 
 # =============================================================================

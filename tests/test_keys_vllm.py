@@ -15,8 +15,9 @@ damaged bytes, must satisfy:
 * otherwise mmobs decodes (``header_decoded``) or refuses: never a wrong key.
 
 ``LEDGER`` counts what was compared; the last test prints it and checks that the
-run compared enough keys to mean something. vLLM is required: without it these
-tests skip with a reason, or fail under ``MMOBS_REQUIRE_VLLM=1`` (CI).
+run compared enough keys to mean something. vLLM is required
+(``tests.vllm_oracle.require_vllm``): without it these tests skip with a
+reason, or fail under ``MMOBS_REQUIRE_VLLM=1`` (CI).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from mmobs.image_io import DEFAULT_MAX_PIXELS, ImageMediaIO, has_transparency
 from mmobs.keys import ImageKey, key_for_bytes, key_image
 from tests import golden
 from tests.images import EXIF_PREFIX, ORIENTATION_TAG, PNG_SIGNATURE, png_chunk
+from tests.vllm_oracle import require_vllm
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [
@@ -52,44 +54,31 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning"),
 ]
 
-# -- the oracle ------------------------------------------------------------------
-# A minimal stand-in for tests/vllm_oracle.py's require_vllm() (being written on
-# the vdiff branch): the lead dedupes this once both are on main.
-
-REQUIRE_VLLM = os.environ.get("MMOBS_REQUIRE_VLLM") == "1"
-
-
-def require_vllm() -> Any:
-    """vLLM's image loader and hasher modules, or skip (fail under ``MMOBS_REQUIRE_VLLM=1``)."""
-    try:
-        from vllm.multimodal import hasher, image
-        from vllm.multimodal.media import image as media_image
-    except Exception as error:  # noqa: BLE001 - ImportError, or vLLM failing to import its own deps
-        message = f"vLLM is not importable ({type(error).__name__}: {error}); run .ci/install-vllm"
-        if REQUIRE_VLLM:
-            pytest.fail(f"{message}, and MMOBS_REQUIRE_VLLM=1 forbids skipping")
-        pytest.skip(message)
-    return hasher, image, media_image
+# -- the oracle ----------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def vllm() -> Iterator[Any]:
-    modules = require_vllm()
+    """vLLM's hasher and loader (``tests.vllm_oracle``), and its image module for the loaded-state check."""
+    oracle = require_vllm()
+    from vllm.multimodal import image as image_module
+
     # vLLM's pixel limit, aligned with the loader's: without it, a 56-megapixel
     # header in the corpus would have vLLM allocate the whole buffer.
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VLLM_MAX_IMAGE_PIXELS", str(DEFAULT_MAX_PIXELS))
-        yield modules
+        assert oracle.envs.VLLM_MAX_IMAGE_PIXELS == DEFAULT_MAX_PIXELS  # read lazily: check it took
+        yield oracle.hasher, image_module, oracle.image_media_io, oracle.allowed_formats
 
 
 def vllm_key(vllm: Any, data: bytes, algorithm: str, image_mode: str | None, color: tuple[int, int, int]) -> str | None:
     """vLLM's key for ``data``, or None when its loader refuses the image."""
-    hasher, _, media_image = vllm
+    hasher, _, image_media_io, _ = vllm
     try:
-        media = media_image.ImageMediaIO(image_mode, rgba_background_color=color).load_bytes(data)
+        media = image_media_io(image_mode, rgba_background_color=color).load_bytes(data)
     except Exception:  # noqa: BLE001 - any refusal (ValueError, or what vLLM lets escape)
         return None
-    return hasher.MultiModalHasher.hash_kwargs(algorithm, image=media)
+    return hasher.hash_kwargs(algorithm, image=media)
 
 
 def vllm_state(vllm: Any, data: bytes) -> tuple[str, bool] | None:
@@ -97,7 +86,7 @@ def vllm_state(vllm: Any, data: bytes) -> tuple[str, bool] | None:
 
     vLLM's own steps: open with its allow-list, EXIF transpose (tolerant), load.
     """
-    _, image_module, _ = vllm
+    _, image_module, _, _ = vllm
     try:
         image = image_module.open_image(io.BytesIO(data))
         image = image_module.normalize_image(image)
@@ -115,7 +104,7 @@ LEDGER: Counter[str] = Counter()
 
 
 def _vllm_formats(vllm: Any) -> tuple[str, ...]:
-    return tuple(vllm[1].ALLOWED_IMAGE_FORMATS)
+    return vllm[3]
 
 
 def compare(vllm: Any, data: bytes, image_mode: str | None, color: tuple[int, int, int], *,
