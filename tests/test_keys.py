@@ -23,6 +23,7 @@ from PIL import Image, ImageFile, WebPImagePlugin
 from prometheus_client import CollectorRegistry
 
 import mmobs
+from mmobs.drift import DriftTracker
 from mmobs.errors import BadImageError, InvalidOptionError
 from mmobs.events import KEY_PATHS, observing
 from mmobs.image_io import ImageMediaIO
@@ -243,13 +244,21 @@ def test_the_counter_has_a_series_per_path_from_the_first_scrape() -> None:
     ) == 3.0
 
 
-def test_the_drift_tracker_sees_the_same_item_digest_on_both_paths(record: Any) -> None:
+def test_the_drift_tracker_sees_both_paths_as_the_same_content() -> None:
+    """Items keyed from the header are sampled like loaded ones, with the same item digest."""
+    registry = CollectorRegistry()
+    instrumentation = Instrumentation(registry, drift=DriftTracker(sample_rate=1.0), hasher_info=False)
+
+    def value(name: str) -> float | None:
+        return registry.get_sample_value(name, {"kind": "media_with_bytes"})
+
     data = GOLDEN["rgba.png"]
-    with record(item_digests=True) as loaded:
+    with observing(instrumentation):
         mmobs.MultiModalHasher.hash_kwargs("blake3", image=ImageMediaIO().load_bytes(data))
-    with record(item_digests=True) as keyed:
         key_for_bytes(data)
-    assert keyed.keyed[0].item_digest == loaded.keyed[0].item_digest is not None
+        assert (value("mmobs_cache_key_drift_samples_total"), value("mmobs_cache_key_drift_total")) == (2.0, 0.0)
+        key_for_bytes(data, rgba_background_color=(0, 0, 0))  # the same bytes, another io_config: drift
+    assert (value("mmobs_cache_key_drift_samples_total"), value("mmobs_cache_key_drift_total")) == (3.0, 1.0)
 
 
 @pytest.mark.parametrize("wrap", [bytes, bytearray, memoryview])
