@@ -160,7 +160,7 @@ def in_process(report: H.Report, made: dict[tuple[str, float], bytes], rounds: i
             f"{rate['blake3']:,.0f}",
             f"{rate['no-decode']:,.0f}",
             H.fmt_ratio(stats["no-decode"].ratio, stats["no-decode"].spread),
-            f"+{H.fmt_us(stats['no-decode'].delta)} us",
+            f"{stats['no-decode'].delta * 1e6:+.1f} us",
             f"{rate['decode']:,.1f}",
             f"{statistics.median(d / n for d, n in zip(stats['decode'].samples, stats['no-decode'].samples)):,.0f}x",
         ])  # fmt: skip
