@@ -244,7 +244,9 @@ def body_sink() -> Any:
     return Starlette(routes=[Route("/sink", sink, methods=["POST"]), Route("/ready", ready)])
 
 
-def through_service(report: H.Report, made: dict[tuple[str, float], bytes], rounds: int) -> dict[tuple[str, float], float]:
+def through_service(
+    report: H.Report, made: dict[tuple[str, float], bytes], rounds: int
+) -> dict[tuple[str, float], float]:
     argv = [sys.executable, "-m", "mmobs.cli", "serve", "--port", "{port}", "--log-level", "warning",
             "--max-image-bytes", str(32 * 1024 * 1024), "--max-body-bytes", str(64 * 1024 * 1024)]
     env = {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}

@@ -63,7 +63,8 @@ def key_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
     """Key one file from its header, as ``POST /v1/keys`` would; a dict for printing."""
     size = os.stat(path).st_size
     if size > io.max_bytes:  # as load_file: refused before reading
-        raise report_bad_image(BadImageError("too_large", f"the image is {size} bytes, above the limit of {io.max_bytes} bytes"))
+        message = f"the image is {size} bytes, above the limit of {io.max_bytes} bytes"
+        raise report_bad_image(BadImageError("too_large", message))
     with open(path, "rb") as handle:
         found = key_image(io, handle.read(io.max_bytes + 1), algorithm)
     return {

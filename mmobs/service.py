@@ -115,7 +115,8 @@ class HashService:
         except RequestError as error:
             return _error_response(error)
         except ClientDisconnect:
-            return _error_response(RequestError(400, "client_disconnected", "the client left before sending the whole body"))
+            message = "the client left before sending the whole body"
+            return _error_response(RequestError(400, "client_disconnected", message))
         items = await run_in_threadpool(self._key_all, job)
         return JSONResponse({"algorithm": job.algorithm, "items": items})
 
