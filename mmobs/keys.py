@@ -13,8 +13,8 @@ the header plus one digest pass over the bytes.
 
 Where the header cannot decide, the image is decoded by the loader
 (``key_path="header_decoded"``), never guessed. Those cases, all found by
-reading Pillow 13's plugins and checked by ``tests/test_keys.py`` against
-the real vLLM:
+reading Pillow 13's plugins and checked by ``tests/test_keys_vllm.py``
+against the real vLLM:
 
 * **Formats not in** :data:`HEADER_FORMATS` (ICO, CUR, ICNS, BLP, DDS, PSD,
   FITS, TGA, XPM, PCX... when a caller allows them): their plugins may set
@@ -40,10 +40,10 @@ under every ``LOADING_STRATEGY``), WebP and AVIF (mode from the container),
 BMP/DIB and TIFF (mode from the header or IFD; TIFF's own in-place EXIF
 transpose on load rotates, it never changes the mode). A decode that fails
 half-way, which vLLM's tolerant transpose may swallow before its second
-``load()``, leaves these modes as they were too. The EXIF transpose only ever flips or
-rotates: the copy or transposed image takes the decoded image's mode and a
-copy of its ``info``, and when it raises (malformed EXIF) the untransposed
-image, of the same mode, is converted instead. The EXIF ImageID of bytes is
+``load()``, leaves these modes as they were too. The EXIF transpose only
+ever flips or rotates: the copy or transposed image takes the decoded image's
+mode and a copy of its ``info``, and when it raises (malformed EXIF) the
+untransposed image, of the same mode, is converted instead. The EXIF ImageID of bytes is
 never a ``uuid.UUID``, so the key never comes from it and a malformed EXIF
 block cannot change it: this path does not read the EXIF, and no EXIF fallback
 can run (see :class:`~mmobs.hashing.EncodedImage`).
@@ -55,9 +55,16 @@ pixel data still gets a key (the key vLLM would compute if it accepted the
 image); ``"decode"`` runs the full loader as well, for callers who need the
 loader's acceptance of the image and not only its key.
 
+The image is opened as the loader opens it (:meth:`ImageMediaIO.open_header`:
+its allow-list, in its order), so this path keys every image exactly as the
+loader path does. Where the loader and vLLM would open the same bytes with two
+different plugins (a crafted file that two formats claim), both mmobs paths
+share the loader's reading.
+
 Events: the same as the loader path (refusals through ``bad_image``, the key
-source through ``media_keyed``, always ``original_bytes``), and
-``key_path`` for the ``mmobs_key_paths_total`` counter.
+source through ``media_keyed``, always ``original_bytes``, the same item
+digest for the drift tracker), and ``key_path`` for the
+``mmobs_key_paths_total`` counter.
 """
 
 from __future__ import annotations
