@@ -22,7 +22,7 @@ HTTP_REQUESTS = "mmobs_http_requests_total"
 HTTP_REQUEST_DURATION = "mmobs_http_request_duration_seconds"
 HTTP_IMAGE_REQUESTS = "mmobs_http_image_requests_total"
 HTTP_FALLBACK_REQUESTS = "mmobs_http_exif_fallback_requests_total"
-KEY_PATHS = "mmobs_key_paths_total"  # no panel yet: the no-decode key path (mmobs/keys.py)
+KEY_PATHS = "mmobs_key_paths_total"
 
 MMOBS_METRICS: frozenset[str] = frozenset(
     {
