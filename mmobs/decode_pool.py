@@ -356,6 +356,8 @@ class InlineDecoder:
             started = time.thread_time()
             if kind == "key":
                 outcome, out = decode_worker.key_image(blobs[0], params, replayer.observer), ()
+            elif kind == "keys":
+                outcome, out = decode_worker.key_header(blobs[0], params, replayer.observer), ()
             else:
                 outcome, out = decode_worker.parse_body(blobs[0], params)
             outcome["cpu_seconds"] = time.thread_time() - started

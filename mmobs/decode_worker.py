@@ -32,6 +32,7 @@ from typing import Any
 
 from PIL import Image
 
+from . import keys
 from .errors import BadImageError
 from .events import (
     NULL_OBSERVER,
@@ -46,7 +47,7 @@ from .image_io import ImageMediaIO
 from .relay import RelayObserver, is_memory_failure
 from .wire import WireClosed, recv_message, send_message
 
-__all__ = ["key_image", "main", "memory_available", "parse_body", "process_memory", "run_task"]
+__all__ = ["key_header", "key_image", "main", "memory_available", "parse_body", "process_memory", "run_task"]
 
 #: Retire a worker whose resident memory stayed this far above its start (heap fragmentation).
 _RETIRE_GROWTH = 128 * 1024 * 1024
@@ -146,6 +147,32 @@ def key_image(data: bytes, params: dict[str, Any], observer: HashObserver) -> di
     }
 
 
+def key_header(data: bytes, params: dict[str, Any], observer: HashObserver) -> dict[str, Any]:
+    """Key one image from its header (``POST /v1/keys``), decoding only where the header cannot decide."""
+    options: HashOptions = params["options"]
+    io = ImageMediaIO(**options.io_options, **params["io_limits"])
+    with observing(observer):
+        try:
+            verify: Any = options.verify
+            found = keys.key_image(io, data, options.algorithm, verify=verify, **options.extras)
+        except BadImageError as error:
+            if is_memory_failure(error):
+                raise MemoryError from error
+            return {"status": "bad_image", "reason": error.reason, "message": error.message}
+    width, height = found.size
+    return {
+        "status": "keyed",
+        "item": {
+            "mm_hash": found.key,
+            "key_source": "original_bytes",
+            "key_path": found.key_path,
+            "format": found.format,
+            "width": width,
+            "height": height,
+        },
+    }
+
+
 def parse_body(body: bytes, params: dict[str, Any]) -> tuple[dict[str, Any], tuple[bytes, ...]]:
     """Parse a JSON request; its URLs come back as UTF-8 blobs (surrogates kept), in order."""
     limits: RequestLimits = params["limits"]
@@ -168,6 +195,8 @@ def run_task(
     try:
         if kind == "key":
             outcome = key_image(blobs[0], params, relay)
+        elif kind == "keys":
+            outcome = key_header(blobs[0], params, relay)
         elif kind == "parse":
             outcome, out = parse_body(blobs[0], params)
         else:

@@ -32,11 +32,13 @@ if TYPE_CHECKING:
     from .errors import BadImageError
 
 __all__ = [
+    "KEY_PATHS",
     "KEY_SOURCES",
     "MEDIA_KINDS",
     "NULL_OBSERVER",
     "ExifFallback",
     "HashObserver",
+    "KeyPath",
     "KeySource",
     "MediaKeyed",
     "MediaKind",
@@ -49,9 +51,14 @@ __all__ = [
 
 MediaKind = Literal["image", "media_with_bytes", "video"]
 KeySource = Literal["image_id", "pixels", "original_bytes", "frames"]
+#: How :func:`mmobs.keys.key_image` keyed an image: from the header alone, from the
+#: header after decoding because the header could not decide, or by a full decode
+#: because the caller asked for one (``verify="decode"``).
+KeyPath = Literal["header", "header_decoded", "decode"]
 
 MEDIA_KINDS: tuple[str, ...] = get_args(MediaKind)
 KEY_SOURCES: tuple[str, ...] = get_args(KeySource)
+KEY_PATHS: tuple[str, ...] = get_args(KeyPath)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +123,9 @@ class HashObserver:
     def bad_image(self, error: BadImageError) -> None:
         """The loader refused an input."""
 
+    def key_path(self, key_path: KeyPath) -> None:
+        """The no-decode key path keyed an image by ``key_path``."""
+
 
 class RecordingObserver(HashObserver):
     """Remembers the events of one piece of work and forwards them all to ``inner``.
@@ -132,6 +142,7 @@ class RecordingObserver(HashObserver):
         self.keyed: list[MediaKeyed] = []
         self.hashed_calls: list[tuple[str, float, int]] = []
         self.bad_images: list[BadImageError] = []
+        self.key_paths: list[KeyPath] = []
 
     def exif_fallback(self, event: ExifFallback) -> None:
         self.fallbacks.append(event)
@@ -155,6 +166,10 @@ class RecordingObserver(HashObserver):
     def bad_image(self, error: BadImageError) -> None:
         self.bad_images.append(error)
         self.inner.bad_image(error)
+
+    def key_path(self, key_path: KeyPath) -> None:
+        self.key_paths.append(key_path)
+        self.inner.key_path(key_path)
 
 
 NULL_OBSERVER = HashObserver()

@@ -26,6 +26,7 @@ from typing import Any
 from .errors import InvalidOptionError
 from .hashing import ALGORITHMS
 from .image_io import ImageMediaIO
+from .keys import VERIFY_MODES
 
 __all__ = [
     "HashOptions",
@@ -79,6 +80,7 @@ class HashOptions:
     algorithm: str = "blake3"
     io_options: dict[str, Any] = field(default_factory=dict)  # image_mode, rgba_background_color
     extras: dict[str, Any] = field(default_factory=dict)  # model_id, mm_processor_kwargs
+    verify: str = "header"  # POST /v1/keys only (mmobs.keys.key_image's)
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,9 @@ def hash_options(options: dict[str, Any], images: int, limits: RequestLimits, *,
         validated = ImageMediaIO(**io_options)
     except InvalidOptionError as error:
         raise RequestError(400, "invalid_option", error.message[:300], error.param) from None
+    verify = options.get("verify", "header")
+    if verify not in VERIFY_MODES:
+        raise RequestError(400, "invalid_option", f"verify must be one of {', '.join(VERIFY_MODES)}", "verify")
     if "image_mode" in io_options:
         io_options["image_mode"] = validated.image_mode
     if "rgba_background_color" in io_options:
@@ -249,7 +254,7 @@ def hash_options(options: dict[str, Any], images: int, limits: RequestLimits, *,
             )
         _check_processor_kwargs(kwargs, limits)
         extras["mm_processor_kwargs"] = kwargs
-    return HashOptions(algorithm, io_options, extras)
+    return HashOptions(algorithm, io_options, extras, verify)
 
 
 _NOT_UTF8 = "{what} holds a string that cannot be encoded as UTF-8 (a lone surrogate such as \\ud800)"

@@ -32,6 +32,7 @@ from .errors import BadImageError
 from .events import (
     ExifFallback,
     HashObserver,
+    KeyPath,
     MediaKeyed,
     MediaKind,
     TransposeFailure,
@@ -211,6 +212,9 @@ class Instrumentation(HashObserver):
         if stats is not None:
             stats.bad_images += 1
         self.log.info("bad_image", reason=error.reason, error=safe_text(error.message))
+
+    def key_path(self, key_path: KeyPath) -> None:
+        self.metrics.key_path_child[key_path].inc()
 
 
 _default: Instrumentation | None = None

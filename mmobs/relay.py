@@ -2,8 +2,8 @@
 
 A decode worker has no metrics and no log configuration of its own. Its
 :class:`RelayObserver` turns every event the loader and the hasher report
-(EXIF fallback, transpose failure, media keyed, hash timed, image refused,
-Python warning) into plain data and sends it to the service *as it happens*,
+(EXIF fallback, transpose failure, media keyed, hash timed, key path, image
+refused, Python warning) into plain data and sends it to the service *as it happens*,
 so an event is not lost when the worker is stopped for breaching a budget
 later in the same task. The service's :class:`Replayer` hands each one to its
 own observer, in the request's context: the counters move in the service's
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import BadImageError
-from .events import ExifFallback, HashObserver, MediaKeyed, MediaKind, TransposeFailure
+from .events import ExifFallback, HashObserver, KeyPath, MediaKeyed, MediaKind, TransposeFailure
 from .media import MediaWithBytes, is_media_with_bytes
 from .wire import recv_message, send_message
 
@@ -172,6 +172,9 @@ class RelayObserver(HashObserver):
     def hashed(self, algorithm: str, seconds: float, nbytes: int) -> None:
         self._send("hashed", (algorithm, seconds, nbytes))
 
+    def key_path(self, key_path: KeyPath) -> None:
+        self._send("key_path", key_path)
+
     def bad_image(self, error: BadImageError) -> None:
         if is_memory_failure(error):
             self.memory_failure = True
@@ -249,6 +252,8 @@ class Replayer:
             observer.media_keyed(MediaKeyed(kind, key_source, self._media(facts, io_config, with_bytes), item_digest))
         elif name == "hashed":
             observer.hashed(*payload)
+        elif name == "key_path":
+            observer.key_path(payload)
         elif name == "bad_image":
             reason, message = payload
             error = BadImageError(reason, message)

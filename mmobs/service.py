@@ -7,6 +7,13 @@ raw ``image/*`` body, and answers every malformed input with a 4xx JSON error
 ``hash_kwargs(algorithm, image=media)``; optional ``model_id`` and
 ``mm_processor_kwargs`` are added to the key only when given.
 
+``POST /v1/keys`` takes the same requests and answers the same keys without
+decoding pixels where the header decides (:mod:`mmobs.keys`): the call a
+cache-aware router makes per image. Its ``verify`` option (``header``, the
+default, or ``decode``) is :func:`mmobs.keys.key_image`'s. Opening a header
+can cost as much as decoding (Pillow parses metadata there), so it runs in a
+decode worker too, under the same budgets.
+
 What one request may cost is bounded (``docs/reliability.md``, "Bounded
 resources"): its body (size, JSON values, option sizes; bodies buffered at
 once per process), and its decoding and keying, which run in decode worker
@@ -162,9 +169,17 @@ class HashService:
     # -- endpoints --------------------------------------------------------------------
 
     async def hash(self, request: Request) -> Response:
-        held = [0]
+        """``POST /v1/hash``: decode and key every image as vLLM would."""
+        return await self._answer(request, "key")
+
+    async def keys(self, request: Request) -> Response:
+        """``POST /v1/keys``: the requests of ``/v1/hash``, answered with keys read from the headers."""
+        return await self._answer(request, "keys")
+
+    async def _answer(self, request: Request, task: str) -> Response:
+        held = [0]  # body bytes this request holds against the process's budget
         try:
-            return await self._hash(request, held)
+            return await self._hash(request, held, task)
         except RequestError as error:
             return _error_response(error)
         except BadImageError as error:
@@ -201,7 +216,7 @@ class HashService:
 
     # -- one request ---------------------------------------------------------------------
 
-    async def _hash(self, request: Request, held: list[int]) -> Response:
+    async def _hash(self, request: Request, held: list[int], task: str) -> Response:
         declared = request.headers.get("content-length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > self.config.max_body_bytes:
             raise _BodyTooLarge(self.config.max_body_bytes)
@@ -212,7 +227,7 @@ class HashService:
         for index, source in enumerate(sources):
             data = source.data if source.data is not None else await self._fetch(source)
             source.data = source.url = None  # let each image go once it is keyed
-            item = await self._key(data, options, budget, source.param)
+            item = await self._key(data, options, budget, source.param, task)
             items.append({"index": index, **item})
         return JSONResponse({"algorithm": options.algorithm, "items": items})
 
@@ -332,12 +347,14 @@ class HashService:
         except BadImageError as error:
             raise report_bad_image(error.with_param(source.param)) from None
 
-    async def _key(self, data: bytes, options: HashOptions, budget: _Budget, param: str) -> dict[str, Any]:
+    async def _key(
+        self, data: bytes, options: HashOptions, budget: _Budget, param: str, task: str
+    ) -> dict[str, Any]:
         shared = budget.left < budget.limit  # earlier work of this request spent some of it
         if budget.left <= 0.001:
             raise self._too_costly({"resource": "cpu"}, shared, param)
         replayer = Replayer(get_observer(), data)
-        header = ("key", {"options": options, "io_limits": self.io_limits, "cpu_seconds": budget.left})
+        header = (task, {"options": options, "io_limits": self.io_limits, "cpu_seconds": budget.left})
         outcome, _ = await self.decoder.run(header, [data], replayer)
         status = outcome["status"]
         budget.spend(budget.left if status == "too_costly" else outcome.get("cpu_seconds", 0.0))
@@ -507,6 +524,7 @@ def create_app(config: ServiceConfig | None = None) -> Starlette:
     app = Starlette(
         routes=[
             Route("/v1/hash", service.hash, methods=["POST"]),
+            Route("/v1/keys", service.keys, methods=["POST"]),
             Route("/healthz", service.healthz, methods=["GET"]),
         ],
         middleware=[

@@ -149,7 +149,7 @@ def test_adversarial_flood_leaves_series_bounded(tmp_path: Path):
             flood(600)
             after = _series(process.metrics())
         assert after == before, sorted(after - before)[:10]
-        assert len(after) < 400
+        assert len(after) < 450  # every series is born at zero: two image routes, their histograms, the label sets
     finally:
         process.stop()
 
