@@ -119,6 +119,14 @@ def test_healthz_answers_while_costly_inputs_decode(service: ServiceProcess) -> 
     assert max(latencies) < 2.0, latencies  # CI-loose; docs/reliability.md has the measured p99
 
 
+def test_the_no_decode_key_path_has_the_same_budget(service: ServiceProcess) -> None:
+    """``POST /v1/keys`` runs in the decode workers too: a decode it needs is bounded like any other."""
+    body = {"images": [data_url(SLOW_PNG, "image/png")], "verify": "decode"}
+    refusal(httpx.post(service.url + "/v1/keys", json=body, timeout=30), "images[0]")
+    header_only = httpx.post(service.url + "/v1/keys", json={"images": [data_url(SLOW_PNG, "image/png")]}, timeout=30)
+    assert header_only.status_code == 200 and header_only.json()["items"][0]["key_path"] == "header"
+
+
 def test_over_the_memory_budget_is_400_too_costly_and_workers_go_with_the_service(tmp_path: Path) -> None:
     process = ServiceProcess(tmp_path, "--decode-workers", "2", "--max-decode-memory-mib", "64")
     try:
