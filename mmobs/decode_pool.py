@@ -210,10 +210,13 @@ class DecodePool:
     # -- life cycle ------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the workers in the background; requests wait (bounded) until one is ready."""
-        if self._started:
+        """Start the workers in the background; requests wait (bounded) until one is ready.
+
+        A closed pool starts afresh (an app whose lifespan runs again, in another event loop).
+        """
+        if self._started and not self._closed:
             return
-        self._started = True
+        self._started, self._closed, self._waiting = True, False, 0
         self._loop = asyncio.get_running_loop()
         self._idle = asyncio.Queue()
         self._executor = ThreadPoolExecutor(max_workers=2 * self.settings.size + 1, thread_name_prefix="mmobs-decode")
