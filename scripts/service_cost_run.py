@@ -25,7 +25,9 @@ connections send a request's headers and then trickle its body.
 With ``--loop N`` it then sends N requests cycling through every input and
 reports the process tree's RSS at the start and the end, the 5xx count and
 whether ``mmobs_bad_images_total`` moved by exactly the ``bad_image``
-refusals. Run it niced on a shared machine::
+refusals. ``--corpus-root DIR`` takes the costly inputs from
+``DIR/scripts/corpus/costly.py`` (``git archive BRANCH scripts | tar -x -C DIR``).
+Run it niced on a shared machine::
 
     nice -n 10 python scripts/service_cost_run.py --loop 300 --json /tmp/cost.json
 """
@@ -301,7 +303,17 @@ def _image_request(data: bytes) -> Request:
     return "application/json", _json({"images": ["data:image/png;base64," + base64.b64encode(data).decode()]}), ""
 
 
+def _settle(service: ServiceProcess, workers: int = 2) -> None:
+    """Wait until every decode worker is up: a replacement's start-up is no request's cost."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if httpx.get(service.url + "/healthz").json().get("decode_workers", 0) >= workers:
+            return
+        time.sleep(0.05)
+
+
 def measure(service: ServiceProcess, name: str, request: Request, size: int) -> dict[str, Any]:
+    _settle(service)
     tree = Tree(service.process.pid)
     with Watch(tree) as watch:
         status, error, latencies = asyncio.run(_send(service.url, request[0], request[1]))
@@ -327,7 +339,12 @@ def measure(service: ServiceProcess, name: str, request: Request, size: int) -> 
 
 
 def main() -> None:
+    if "--corpus-root" in sys.argv:  # before anything imports ``scripts``
+        sys.path.insert(0, sys.argv[sys.argv.index("--corpus-root") + 1])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--corpus-root", help="a tree whose scripts/corpus/costly.py provides the inputs (e.g. another branch's)"
+    )
     parser.add_argument("--loop", type=int, default=0, help="then send this many requests cycling through the inputs")
     parser.add_argument("--json", type=Path, help="write the results here too")
     parser.add_argument("--only", default="", help="only inputs whose name contains this")
