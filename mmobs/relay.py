@@ -46,6 +46,7 @@ from .wire import recv_message, send_message
 __all__ = ["ImageFacts", "RelayObserver", "Replayer", "describe_error", "is_memory_failure", "relayed_error"]
 
 _MAX_TEXT = 800
+_CODEC_MEMORY = "decoder error -9"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +122,10 @@ def is_memory_failure(error: BaseException) -> bool:
     """Whether ``error`` is, or was caused by, running out of memory.
 
     Pillow reports a decoder's failed allocation as ``OSError("out of memory
-    error when reading image file")``, which the loader turns into a
-    ``BadImageError``; under the worker's address-space limit that is the
-    memory budget speaking, not a damaged file.
+    error when reading image file")``, or as the bare code (``"decoder error
+    -9"``, its ``IMAGING_CODEC_MEMORY``, from the TIFF decoder), which the
+    loader turns into a ``BadImageError``; under the worker's address-space
+    limit that is the memory budget speaking, not a damaged file.
     """
     seen: set[int] = set()
     current: BaseException | None = error
@@ -131,7 +133,7 @@ def is_memory_failure(error: BaseException) -> bool:
         seen.add(id(current))
         if isinstance(current, MemoryError):
             return True
-        if isinstance(current, OSError) and "out of memory" in str(current):
+        if isinstance(current, OSError) and ("out of memory" in str(current) or _CODEC_MEMORY in str(current)):
             return True
         current = current.__cause__ or current.__context__
     return False

@@ -379,7 +379,8 @@ class HashService:
         return report_bad_image(
             BadImageError(
                 "too_costly",
-                f"decoding this image{spent} needs more than {text}; it costs far more than a plain image of its size",
+                f"decoding this image{spent} needs more than {text}; send a smaller image or fewer images per "
+                "request (this is not worth retrying as it is)",
                 param=param,
             )
         )

@@ -234,3 +234,25 @@ def test_the_line_for_a_worker_is_bounded_in_length_and_time() -> None:
         assert (await busy)[0]["status"] == "keyed"
 
     with_pool(PoolSettings(size=1, queue_limit=1, queue_timeout=0.05), scenario)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        MemoryError(),
+        OSError("out of memory error when reading image file"),
+        OSError("decoder error -9"),  # Pillow's TIFF decoder: IMAGING_CODEC_MEMORY
+    ],
+)
+def test_memory_failures_are_recognised_through_the_loaders_refusal(error: BaseException) -> None:
+    from mmobs.errors import BadImageError
+    from mmobs.relay import is_memory_failure
+
+    try:
+        try:
+            raise error
+        except BaseException:
+            raise BadImageError("corrupt", "the TIFF data is damaged") from None
+    except BadImageError as refusal:
+        assert is_memory_failure(refusal)
+    assert not is_memory_failure(BadImageError("corrupt", "decoder error -2"))
