@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - exercised where pybase64 is absent
 
 from .errors import BadImageError, BadImageReason, InvalidOptionError
 from .events import TransposeFailure, get_observer
-from .formats import DEFAULT_FORMATS
+from .formats import DEFAULT_FORMATS, VLLM_FORMATS
 from .media import MediaWithBytes
 
 __all__ = [
@@ -398,11 +398,17 @@ def _decode_base64(data: str | bytes, max_bytes: int) -> bytes:
 
 
 def _open(data: bytes, formats: tuple[str, ...] | None) -> Image.Image:
-    """Parse the header only. Pillow reads no pixels here."""
+    """Parse the header only. Pillow reads no pixels here.
+
+    The file is identified in vLLM's format order first (see
+    :data:`~mmobs.formats.VLLM_FORMATS`), then refused if its format is not
+    one of ``formats``: a polyglot gets vLLM's reading or a refusal, never a
+    reading of its own.
+    """
+    accepted = ", ".join(formats) if formats else "any format Pillow reads"
     try:
-        return Image.open(BytesIO(data), formats=formats)
+        image = Image.open(BytesIO(data), formats=_identification_order(formats))
     except UnidentifiedImageError:
-        accepted = ", ".join(formats) if formats else "any format Pillow reads"
         raise BadImageError(
             "unidentified", f"the bytes are not an image in an accepted format ({accepted})"
         ) from None
@@ -410,6 +416,20 @@ def _open(data: bytes, formats: tuple[str, ...] | None) -> Image.Image:
         raise
     except Exception as error:  # noqa: BLE001 - SyntaxError, struct.error, ValueError, bomb warnings...
         raise bad_image_from_pillow(error, "image header") from None
+    found = "JPEG" if image.format == "MPO" else image.format
+    if formats is not None and found not in formats:
+        raise BadImageError(
+            "unsupported_format",
+            f"the bytes are a {image.format} image, a format this server does not open; send one of {accepted}",
+        )
+    return image
+
+
+def _identification_order(formats: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """vLLM's formats in vLLM's order, then any other format the caller allows."""
+    if formats is None:
+        return None
+    return (*(f for f in VLLM_FORMATS if f in Image.OPEN), *(f for f in formats if f not in VLLM_FORMATS))
 
 
 def _decode(image: Image.Image) -> None:

@@ -194,7 +194,7 @@ def test_image_mode_none_never_converts_so_any_format_is_keyed_from_its_header()
         (b"\x00" * 64, {}, "unidentified"),
         (images.png_header_only(9000, 9000), {}, "too_many_pixels"),
         (images.jpeg_bytes(), {"max_bytes": 100}, "too_large"),
-        (encode(images.noisy_image("RGBA", (16, 16)), "ICO"), {}, "unidentified"),  # not in the default formats
+        (encode(images.noisy_image("RGBA", (16, 16)), "ICO"), {}, "unsupported_format"),  # not in the default formats
     ],
 )
 def test_header_refusals_are_the_loaders_counted_once(data: bytes, options: dict[str, Any], reason: str,
