@@ -48,7 +48,7 @@ __all__ = ["DecodePool", "InlineDecoder", "PoolSettings", "ServerBusy"]
 _log = structlog.get_logger("mmobs")
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 #: Keep a worker's address space close to what it uses, so the limit measures the task:
-#: one malloc arena, big buffers mapped (and unmapped on free), no BLAS thread pools.
+#: two malloc arenas, big buffers mapped (and unmapped on free), no BLAS thread pools.
 _WORKER_ENV = {
     "MALLOC_ARENA_MAX": "2",
     "MALLOC_MMAP_THRESHOLD_": "131072",

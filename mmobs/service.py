@@ -179,7 +179,7 @@ class HashService:
     async def _answer(self, request: Request, task: str) -> Response:
         held = [0]  # body bytes this request holds against the process's budget
         try:
-            return await self._hash(request, held, task)
+            return await self._handle(request, held, task)
         except RequestError as error:
             return _error_response(error)
         except BadImageError as error:
@@ -216,7 +216,7 @@ class HashService:
 
     # -- one request ---------------------------------------------------------------------
 
-    async def _hash(self, request: Request, held: list[int], task: str) -> Response:
+    async def _handle(self, request: Request, held: list[int], task: str) -> Response:
         declared = request.headers.get("content-length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > self.config.max_body_bytes:
             raise _BodyTooLarge(self.config.max_body_bytes)
