@@ -75,6 +75,8 @@ SERVE_ARGS: tuple[str, ...] = (
     "--max-image-bytes", str(IMAGE_MAX_BYTES),
     "--max-body-bytes", str(BODY_MAX_BYTES),
     "--log-level", "warning",
+    # Remote fetching on (for a host nothing resolves), so URLs go through the fetcher's parser.
+    "--allow-remote-host", "images.invalid",
 )  # fmt: skip
 
 Kind = Literal["image", "url", "request"]
@@ -1019,9 +1021,52 @@ def _request_cases() -> list[Case]:
     return cases
 
 
+def _service_cases() -> list[Case]:
+    """What the service bounds around the images (issue #11): each was a 500, or seconds of CPU, or gigabytes."""
+    url = data_url(base_image("PNG"), "image/png")
+
+    def body(**fields: object) -> bytes:
+        return json.dumps({"images": [url], **fields}).encode()  # lone surrogates are escaped as \ud800
+
+    text = [{"type": "text", "text": "Describe, in detail, this image. " * 12_000},
+            {"type": "image_url", "image_url": {"url": url}}]  # fmt: skip
+    flood = b'{"images": [' + b"[]," * 70_000 + b'"x"]}'
+    requests = [
+        ("svc-model-id-lone-surrogate", body(model_id="m\ud800"), refused(400, "invalid_option"), {}),
+        ("svc-kwargs-key-lone-surrogate", body(mm_processor_kwargs={"\ud800": 1}), refused(400, "invalid_option"), {}),
+        ("svc-kwargs-value-lone-surrogate", body(mm_processor_kwargs={"k": ["\udfff"]}), refused(400, "invalid_option"), {}),
+        ("svc-kwargs-30000-zeros", body(mm_processor_kwargs={"z": [0] * 30_000}), refused(400, "invalid_option"), {}),
+        ("svc-kwargs-int-beyond-64-bits", body(mm_processor_kwargs={"n": 2**64}), refused(400, "invalid_option"), {}),
+        ("svc-json-value-flood", flood, refused(400, "invalid_json"), {}),
+        ("svc-json-value-flood-parsed-in-a-worker", b'{"images": [' + b"[]," * 600_000 + b'"x"]}',
+         refused(400, "invalid_json"), {}),
+        ("svc-json-4000-digit-integer", body(n=int("9" * 4000)), refused(400, "invalid_json"), {}),
+        ("svc-json-large-valid-parsed-in-a-worker", json.dumps({"messages": [{"role": "user", "content": text}]}).encode(),
+         ok(False), {}),
+        ("svc-no-content-type-jpeg", base_image("JPEG"), refused(415, "unsupported_media_type"), {"content_type": ""}),
+        ("svc-no-content-type-binary", b"\x00\x01\x02binary", refused(415, "unsupported_media_type"), {"content_type": ""}),
+        ("svc-keys-bad-verify", body(verify="pixels"), refused(400, "invalid_option"), {"path": "/v1/keys"}),
+        ("svc-keys-json-value-flood", flood, refused(400, "invalid_json"), {"path": "/v1/keys"}),
+        ("svc-keys-lone-surrogate", body(model_id="\ud800"), refused(400, "invalid_option"), {"path": "/v1/keys"}),
+    ]
+    cases = [Case(name, "request", payload, expect, **options) for name, payload, expect, options in requests]
+    urls = [  # every one a 500 once a host was allowed: urlsplit raised outside the fetcher
+        ("svc-url-unclosed-bracket", "http://[::1/x.png"),
+        ("svc-url-bracket-not-ipv6", "http://[abc]/x.png"),
+        ("svc-url-nfkc-netloc", "http://\u2100.example/x.png"),
+        ("svc-url-port-out-of-range", "http://images.invalid:99999/x.png"),
+        ("svc-url-ipv4-mapped-metadata", "http://[::ffff:169.254.169.254]/latest/meta-data"),
+        ("svc-url-control-characters", "http://images.invalid/\x1b[2J\r\nX-Forged: 1"),
+        ("svc-url-credentials", "http://user:secret@images.invalid/x.png"),
+        ("svc-url-decimal-ipv4", "http://2130706433/x.png"),
+        ("svc-url-nat64-loopback", "http://[64:ff9b::7f00:1]/x.png"),
+    ]
+    return cases + [Case(name, "url", value, bad("unsupported_url")) for name, value in urls]
+
+
 def build_corpus() -> list[Case]:
     """Every case, in a stable order, with unique names."""
-    cases = _image_cases() + _url_cases() + _request_cases()
+    cases = _image_cases() + _url_cases() + _request_cases() + _service_cases()
     names = [case.name for case in cases]
     duplicates = {name for name in names if names.count(name) > 1}
     if duplicates:
