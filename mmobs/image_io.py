@@ -11,6 +11,13 @@ Everything that cannot become an image raises :class:`BadImageError` with a
 reason from a closed set; no ``OSError``, ``SyntaxError``, ``struct.error`` or
 ``DecompressionBombError`` escapes. Pixel bombs are refused from the header,
 before Pillow allocates the pixel buffer.
+
+Before Pillow sees the bytes, :func:`mmobs.guard.check_image_bytes` walks the
+container's structure against the loader's :class:`~mmobs.guard.DecodeLimits`
+(metadata floods, repeated scans, oversized tiles and canvases refused as
+``too_costly``): Pillow parses JPEG and PNG metadata and allocates WebP
+canvases already in ``Image.open``, so a check after opening would come too
+late.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ except ImportError:  # pragma: no cover - exercised where pybase64 is absent
 
 from .errors import BadImageError
 from .events import TransposeFailure, get_observer
+from .guard import DEFAULT_DECODE_LIMITS, DecodeLimits, check_image_bytes, sniff_format
 from .media import MediaWithBytes
 
 __all__ = [
@@ -103,7 +111,9 @@ class ImageMediaIO:
 
     ``image_mode=None`` keeps the decoded mode. ``max_pixels`` and
     ``max_bytes`` bound what one image may cost; both are checked before the
-    pixel buffer is allocated.
+    pixel buffer is allocated. ``decode_limits`` bounds
+    what the file's structure may cost before Pillow decodes it (see
+    :class:`~mmobs.guard.DecodeLimits`); ``None`` turns those checks off.
     """
 
     def __init__(
@@ -114,6 +124,7 @@ class ImageMediaIO:
         max_pixels: int = DEFAULT_MAX_PIXELS,
         max_bytes: int = DEFAULT_MAX_BYTES,
         formats: Sequence[str] | None = DEFAULT_FORMATS,
+        decode_limits: DecodeLimits | None = DEFAULT_DECODE_LIMITS,
     ) -> None:
         if image_mode is not None and (not isinstance(image_mode, str) or image_mode not in _ALL_MODES):
             raise ValueError(
@@ -127,12 +138,16 @@ class ImageMediaIO:
         self.max_pixels = max_pixels
         self.max_bytes = max_bytes
         self.formats = _validate_formats(formats)
+        if decode_limits is not None and not isinstance(decode_limits, DecodeLimits):
+            raise ValueError(f"decode_limits must be a mmobs.guard.DecodeLimits or None, not {decode_limits!r}")
+        self.decode_limits = decode_limits
 
     def __repr__(self) -> str:
         return (
             f"ImageMediaIO(image_mode={self.image_mode!r}, "
             f"rgba_background_color={self.rgba_background_color!r}, "
-            f"max_pixels={self.max_pixels}, max_bytes={self.max_bytes}, formats={self.formats!r})"
+            f"max_pixels={self.max_pixels}, max_bytes={self.max_bytes}, formats={self.formats!r}, "
+            f"decode_limits={self.decode_limits!r})"
         )
 
     # -- entry points ---------------------------------------------------------
@@ -169,6 +184,8 @@ class ImageMediaIO:
             raise BadImageError("empty", "the image is empty (0 bytes); send the encoded file")
         if len(data) > self.max_bytes:
             raise _too_large(len(data), self.max_bytes)
+        if self.decode_limits is not None and (self.formats is None or sniff_format(data) in self.formats):
+            check_image_bytes(data, self.decode_limits, max_pixels=self.max_pixels)
         opened = _open(data, self.formats)
         width, height = opened.size
         if width * height > self.max_pixels:

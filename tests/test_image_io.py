@@ -130,6 +130,12 @@ REFUSALS: list[Any] = [
         id="too-many-pixels-bomb",
     ),
     pytest.param(
+        "too_costly",
+        "segments",
+        lambda t: ImageMediaIO().load_bytes(jpeg_bytes()[:2] + b"\xff\xe0\x00\x02" * 2000 + jpeg_bytes()[2:]),
+        id="too-costly-app0-flood",
+    ),
+    pytest.param(
         "unsupported_mode",
         "convert",
         lambda t: ImageMediaIO(image_mode="La").load_bytes(golden.input_bytes("gray.png")),
