@@ -17,7 +17,9 @@ container's structure against the loader's :class:`~mmobs.guard.DecodeLimits`
 (metadata floods, repeated scans, oversized tiles and canvases refused as
 ``too_costly``): Pillow parses JPEG and PNG metadata and allocates WebP
 canvases already in ``Image.open``, so a check after opening would come too
-late.
+late. ``max_pixels`` is the only pixel limit: while the loader decodes,
+Pillow's own bomb check applies it instead of ``Image.MAX_IMAGE_PIXELS``
+(:mod:`mmobs.pixel_limit`), so no Pillow limit or warning gets in its way.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from .errors import BadImageError
 from .events import TransposeFailure, get_observer
 from .guard import DEFAULT_DECODE_LIMITS, DecodeLimits, check_image_bytes, sniff_format
 from .media import MediaWithBytes
+from .pixel_limit import PixelLimitExceeded, pixel_limit
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -111,7 +114,8 @@ class ImageMediaIO:
 
     ``image_mode=None`` keeps the decoded mode. ``max_pixels`` and
     ``max_bytes`` bound what one image may cost; both are checked before the
-    pixel buffer is allocated. ``decode_limits`` bounds
+    pixel buffer is allocated, and ``max_pixels`` is the only pixel limit
+    (above or below Pillow's ``MAX_IMAGE_PIXELS``). ``decode_limits`` bounds
     what the file's structure may cost before Pillow decodes it (see
     :class:`~mmobs.guard.DecodeLimits`); ``None`` turns those checks off.
     """
@@ -155,7 +159,8 @@ class ImageMediaIO:
     def load_bytes(self, data: bytes | bytearray | memoryview) -> MediaWithBytes[Image.Image]:
         """Decode encoded image bytes; ``BadImageError`` if they are not an image."""
         try:
-            return self._load(bytes(data))
+            with pixel_limit(self.max_pixels):
+                return self._load(bytes(data))
         except BadImageError as error:
             report_bad_image(error)
             raise
@@ -332,6 +337,8 @@ def _open(data: bytes, formats: tuple[str, ...] | None) -> Image.Image:
         raise BadImageError(
             "unidentified", f"the bytes are not an image in an accepted format ({accepted})"
         ) from None
+    except PixelLimitExceeded as error:
+        raise BadImageError("too_many_pixels", str(error)) from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         # The warning arrives as an exception when warnings are turned into errors.
         raise BadImageError("too_many_pixels", f"the image declares too many pixels: {error}") from None
@@ -346,6 +353,8 @@ def _open(data: bytes, formats: tuple[str, ...] | None) -> Image.Image:
 def _decode(image: Image.Image) -> None:
     try:
         image.load()
+    except PixelLimitExceeded as error:  # a size met while decoding (a TIFF tile, a GIF frame)
+        raise BadImageError("too_many_pixels", str(error)) from None
     except Exception as error:  # noqa: BLE001 - OSError, SyntaxError, struct.error...
         if _is_truncation(error):
             raise BadImageError(
