@@ -201,6 +201,8 @@ class ImageMediaIO:
             )
         _decode(opened)
         image = normalize_image(opened)
+        if image is not opened:  # the transpose returned a copy: free the decoded original before converting
+            opened.close()
         converted = self._convert(image)
         io_config = None
         if converted is not image:
