@@ -62,9 +62,9 @@ def jpeg_with_segments(segments: bytes, base: bytes | None = None) -> bytes:
     return base[:2] + segments + base[2:]
 
 
-def jpeg_exif_segment_flood(total: int) -> bytes:
-    """Many 1-byte ``APP1 Exif`` segments: Pillow joins them with ``+=``."""
-    one = jpeg_segment(0xFFE1, EXIF_PREFIX + b"\0")
+def jpeg_exif_segment_flood(total: int, each: int = 10) -> bytes:
+    """Many small ``APP1 Exif`` segments: Pillow joins them with ``+=`` (quadratic; worst near 10 bytes each)."""
+    one = jpeg_segment(0xFFE1, EXIF_PREFIX + b"\0" * each)
     return jpeg_with_segments(one * (total // len(one)))
 
 
@@ -90,6 +90,13 @@ def jpeg_junk_flood(total: int) -> bytes:
     """Non-marker junk between segments: Pillow skips it a byte at a time."""
     base = base_image("JPEG")
     return base[:2] + jpeg_segment(0xFFFE, b"x") + b"\x00" * total + base[2:]
+
+
+def jpeg_photoshop_flood(total: int) -> bytes:
+    """Full APP13 ``Photoshop 3.0`` segments of empty 8BIM resources: Pillow parses each one in Python."""
+    resource = b"8BIM" + struct.pack(">H", 0x0404) + b"\0\0" + struct.pack(">I", 0)
+    one = jpeg_segment(0xFFED, b"Photoshop 3.0\x00" + resource * ((65533 - 2 - 14) // len(resource)))
+    return jpeg_with_segments(one * max(1, total // len(one)))
 
 
 def jpeg_icc_chain(segments: int, each: int) -> bytes:
@@ -472,7 +479,7 @@ def costly_cases() -> list[Case]:
         cases.append(Case(f"costly-{name}", "image", data, expect, note, media_type=MEDIA_TYPES[fmt]))
 
     big_exif = EXIF_PREFIX + b"\0" * 65000
-    add("jpeg-exif-segment-flood.jpg", jpeg_exif_segment_flood(2000 * 11), costly, "2,000 one-byte APP1 Exif segments")
+    add("jpeg-exif-segment-flood.jpg", jpeg_exif_segment_flood(2000 * 20), costly, "2,000 10-byte APP1 Exif segments")
     add("jpeg-exif-over-limit.jpg", jpeg_with_segments(jpeg_segment(0xFFE1, big_exif) * 5), costly,
         "five full APP1 Exif segments: 325 KB of EXIF")
     add("jpeg-exif-huge-rational.jpg", jpeg_exif_huge_rational(300 * 1024), costly,
@@ -565,6 +572,20 @@ def plain(fmt: str, size: tuple[int, int] = PLAIN_SIZE, noise: int = 6, **params
     return buffer.getvalue()
 
 
+def _rotation_exif() -> Image.Exif:
+    exif = Image.Exif()
+    exif[ORIENTATION] = 6
+    return exif
+
+
+def _plain_rgba_png() -> bytes:
+    image = photo_like(PLAIN_SIZE, noise=1)
+    image.putalpha(200)
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
 def full_size_inputs() -> list[tuple[str, Callable[[], bytes]]]:
     """(name, builder) of each class at the size that showed its cost, plus plain references.
 
@@ -576,12 +597,16 @@ def full_size_inputs() -> list[tuple[str, Callable[[], bytes]]]:
         ("plain 49 MP progressive JPEG", lambda: plain("JPEG", quality=90, progressive=True)),
         ("plain 49 MP PNG", lambda: plain("PNG", noise=1)),
         ("plain 49 MP lossy WebP", lambda: plain("WEBP", quality=80, method=0)),
+        ("plain 49 MP JPEG, EXIF Orientation 6", lambda: plain("JPEG", quality=90, exif=_rotation_exif())),
+        ("plain 49 MP RGBA PNG", lambda: _plain_rgba_png()),
         ("JPEG APP1 Exif flood, 4 MiB", lambda: jpeg_exif_segment_flood(4 * MiB)),
         ("JPEG progressive, one AC scan x2000, 49 MP", lambda: jpeg_repeated_scans(PLAIN_SIZE, 2000)),
         ("JPEG APP0 flood, 30 MiB", lambda: jpeg_app0_flood(30 * MiB)),
         ("JPEG COM flood, 30 MiB", lambda: jpeg_com_flood(30 * MiB)),
         ("JPEG fill-byte flood, 30 MiB", lambda: jpeg_fill_flood(30 * MiB)),
         ("JPEG junk before marker, 30 MiB", lambda: jpeg_junk_flood(30 * MiB)),
+        ("JPEG DRI table-segment flood, 30 MiB", lambda: jpeg_with_segments(jpeg_segment(0xFFDD, b"\0\0") * (5 * MiB))),
+        ("JPEG APP13 Photoshop flood, 30 MiB", lambda: jpeg_photoshop_flood(30 * MiB)),
         ("JPEG ICC APP2 chain 255 x 64 KiB", lambda: jpeg_icc_chain(255, 65000)),
         ("JPEG EXIF huge RATIONAL over APP1s, 4 MiB", lambda: jpeg_exif_huge_rational(4 * MiB)),
         ("PNG iCCP flood, 30 MiB", lambda: png_iccp_flood(30 * MiB)),
@@ -594,13 +619,16 @@ def full_size_inputs() -> list[tuple[str, Callable[[], bytes]]]:
         ("PNG eXIf Orientation 6 + huge RATIONAL, 30 MiB", lambda: png_exif_huge_rational(30 * MiB)),
         ("TIFF 16x16, one 46336x46336 deflate tile", lambda: tiff_huge_tile(46336)),
         ("TIFF 1 x 4M, one row per strip", lambda: tiff_strip_per_row(4_000_000)),
+        ("TIFF 8x6 declaring 4M strips", lambda: _tiff_extra_strips(4_000_000)),
         ("TIFF 100,000 pages", lambda: tiff_many_pages(100_000)),
         ("TIFF Orientation 6 + huge RATIONAL, 30 MiB", lambda: tiff_orientation_huge_rational(30 * MiB)),
         ("WebP animated, 7000x7000 canvas, 1x1 frame", lambda: webp_animated_canvas(PLAIN_SIZE)),
         ("WebP lossless solid 7000x7000", lambda: webp_lossless_solid(PLAIN_SIZE)),
         ("WebP 100,000 ANMF frames", lambda: webp_animated_canvas((64, 64), frames=100_000)),
         ("GIF comment flood, 30 MiB", lambda: gif_comment_flood(30 * MiB)),
+        ("GIF one comment of 1-byte sub-blocks, 30 MiB", lambda: gif_sub_block_flood(15 * MiB)),
         ("GIF 60,000 frames", lambda: gif_frames(60_000)),
+        ("GIF 7000x7000 screen, one 1x1 frame", lambda: gif_canvas(PLAIN_SIZE)),
         ("GIF 1x1 screen, 7000x7000 frame", lambda: gif_frame_outside_screen((1, 1), PLAIN_SIZE)),
         ("BMP RLE8 end-of-line codes, 7000x7000", lambda: bmp_rle_end_of_lines(PLAIN_SIZE)),
         ("BMP RLE4 runs, 7000x7000", lambda: bmp_rle4_runs(PLAIN_SIZE)),
