@@ -12,6 +12,7 @@ from .drift import DriftTracker
 from .errors import BAD_IMAGE_REASONS, BadImageError
 from .events import HashObserver, get_observer, observing, set_observer
 from .fingerprint import compute_fingerprint
+from .guard import DecodeLimits, check_image_bytes
 from .hashing import ALGORITHMS, MultiModalHasher, UnsupportedTypeWarning
 from .image_io import ImageMediaIO, load_data_url, normalize_image, safe_exif_transpose
 from .instrument import Instrumentation, default_instrumentation, install
@@ -25,6 +26,7 @@ __all__ = [
     "ALGORITHMS",
     "BAD_IMAGE_REASONS",
     "BadImageError",
+    "DecodeLimits",
     "DriftTracker",
     "HashObserver",
     "ImageMediaIO",
@@ -34,6 +36,7 @@ __all__ = [
     "MultiModalHasher",
     "UnsupportedTypeWarning",
     "__version__",
+    "check_image_bytes",
     "compute_fingerprint",
     "configure_logging",
     "default_instrumentation",
