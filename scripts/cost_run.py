@@ -8,7 +8,8 @@ mmobs, keys it with ``MultiModalHasher``) and reports the outcome. The parent
 reads the child's resource usage with ``os.wait4``. CPU seconds are the
 child's user + system time spent on the load (the import is measured before
 it and subtracted), so contention on a shared machine does not inflate them;
-"extra MiB" is the peak RSS minus the RSS after the imports.
+"extra MiB" is the child's peak RSS (``VmHWM``) minus its RSS once the imports
+are done and the input is read.
 
 Loaders:
 
@@ -52,8 +53,11 @@ _CHILD = r"""
 import json, os, resource, sys, time
 
 def usage():
+    # VmHWM, not ru_maxrss: Linux carries the parent's high-water mark over fork and exec into ru_maxrss.
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime, r.ru_maxrss / 1024
+    with open("/proc/self/status") as f:
+        peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    return r.ru_utime + r.ru_stime, peak / 1024
 
 def rss():
     with open("/proc/self/statm") as f:
@@ -137,10 +141,10 @@ def measure(loader: str, name: str, path: Path, *, pythonpath: str, cpu: int, me
     ready = next((r for r in reports if r["phase"] == "ready"), None)
     done = next((r for r in reports if r["phase"] == "done"), None)
     size = path.stat().st_size
-    peak = usage.ru_maxrss / 1024
+    peak = usage.ru_maxrss / 1024  # only for a child killed before it reported its own VmHWM
     rss0 = ready["rss0"] if ready else 0.0
     if done is not None:
-        return Result(name, loader, size, done["cpu"], peak, peak - rss0, done["outcome"])
+        return Result(name, loader, size, done["cpu"], done["peak"], done["peak"] - rss0, done["outcome"])
     # Killed before it could report: the whole child's CPU, import included.
     signal_name = signal.Signals(-child.returncode).name if child.returncode < 0 else f"exit {child.returncode}"
     reason = {"SIGXCPU": f"killed at the {cpu} s CPU limit", "SIGKILL": "killed (SIGKILL)"}.get(

@@ -432,18 +432,20 @@ def test_loader_frees_the_decoded_original_before_converting(tmp_path: Path) -> 
 
     ``exif_transpose`` returns a copy even without a rotation; the loader closes
     the original before compositing, so a 49 MP RGBA PNG peaks at ~420 MiB,
-    not ~610 (``docs/reliability.md``). Measured here on 12 MP, in a fresh process.
+    not ~610 (``docs/reliability.md``). Measured here on 12 MP, in a fresh process,
+    by its own ``VmHWM`` (``ru_maxrss`` would include the parent's high-water mark).
     """
     path = tmp_path / "rgba.png"
     path.write_bytes(encode(Image.new("RGBA", (4000, 3000), (10, 20, 30, 128)), "PNG", compress_level=1))
     script = (
-        "import os, resource, sys, mmobs\n"
+        "import os, sys, mmobs\n"
         "mmobs.set_observer(None)\n"
         "data = open(sys.argv[1], 'rb').read()\n"
         "loader = mmobs.ImageMediaIO()\n"
         "rss = int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20\n"
         "media = loader.load_bytes(data)\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss)\n"
+        "peak = next(int(line.split()[1]) for line in open('/proc/self/status') if line.startswith('VmHWM:'))\n"
+        "print(peak / 1024 - rss)\n"
     )
     command = [sys.executable, "-c", script, str(path)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
