@@ -42,6 +42,8 @@ if TYPE_CHECKING:
         set_observer as set_observer,
     )
     from .fingerprint import compute_fingerprint as compute_fingerprint
+    from .guard import DecodeLimits as DecodeLimits
+    from .guard import check_image_bytes as check_image_bytes
     from .hashing import (
         ALGORITHMS as ALGORITHMS,
     )
@@ -90,6 +92,7 @@ _EXPORTS: dict[str, str] = {
     "ALGORITHMS": "hashing",
     "BAD_IMAGE_REASONS": "errors",
     "BadImageError": "errors",
+    "DecodeLimits": "guard",
     "DriftTracker": "drift",
     "HashObserver": "events",
     "ImageKey": "keys",
@@ -100,6 +103,7 @@ _EXPORTS: dict[str, str] = {
     "MediaWithBytes": "media",
     "MultiModalHasher": "hashing",
     "UnsupportedTypeWarning": "hashing",
+    "check_image_bytes": "guard",
     "compute_fingerprint": "fingerprint",
     "configure_logging": "logs",
     "default_instrumentation": "instrument",
