@@ -321,12 +321,12 @@ def test_normal_images_pass_and_load(name: str) -> None:
     loads(data)
 
 
-def test_49_megapixel_photos_pass() -> None:
-    """A 49 MP baseline JPEG and a progressive one are normal camera files (the scan data is not read)."""
-    image = costly.photo_like(costly.PLAIN_SIZE, noise=0)
-    for params in ({}, {"progressive": True}):
-        data = encode(image, "JPEG", quality=90, **params)
-        assert refusal(data) is None
+def test_49_megapixel_photo_passes() -> None:
+    """A 49 MP baseline JPEG is a normal camera file (progressive ones are in NORMAL, at 1200x900)."""
+    ramp = Image.linear_gradient("L").resize(costly.PLAIN_SIZE)  # cheap to make; the scan data is not read anyway
+    flipped, turned = ramp.transpose(Image.Transpose.FLIP_LEFT_RIGHT), ramp.transpose(Image.Transpose.ROTATE_90)
+    image = Image.merge("RGB", [ramp, flipped, turned])
+    assert refusal(encode(image, "JPEG", quality=90)) is None
 
 
 def test_reference_inputs_and_goldens_pass() -> None:
