@@ -226,6 +226,21 @@ def test_webp_canvas_is_limited_by_pixels_not_structure() -> None:
     assert refusal(costly.webp_lossless_solid((5000, 5000))) is None  # 25 MP: under the WebP limit
 
 
+def test_one_tiff_tile_padded_around_a_large_image_passes() -> None:
+    """A 4200x4200 image in one 4208x4208 tile (multiples of 16) costs what the image costs."""
+    def header(tile: int) -> bytes:
+        return tiff_bytes(
+            [entry(256, SHORT, 4200), entry(257, SHORT, 4200), entry(258, SHORT, 8), entry(259, SHORT, 8),
+             entry(262, SHORT, 1), entry(277, SHORT, 1), entry(322, SHORT, tile), entry(323, SHORT, tile),
+             entry(324, LONG, 8), entry(325, LONG, 16)],
+            prefix=bytes(16),
+        )  # fmt: skip
+
+    assert refusal(header(4208)) is None
+    error = refusal(header(6000))  # 36 MP: over twice the image and over 16 Mi
+    assert error is not None and error.reason == "too_costly" and "tiles are 6000x6000" in error.message
+
+
 def test_tiff_declaring_more_strips_than_rows_is_refused() -> None:
     pixels = bytes(48)
     strips = 2000
