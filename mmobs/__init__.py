@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from .instrument import (
         install as install,
     )
+    from .logs import add_request_context as add_request_context
     from .logs import configure_logging as configure_logging
     from .media import MediaWithBytes as MediaWithBytes
     from .middleware import MMObsMiddleware as MMObsMiddleware
@@ -90,6 +91,7 @@ _EXPORTS: dict[str, str] = {
     "MediaWithBytes": "media",
     "MultiModalHasher": "hashing",
     "UnsupportedTypeWarning": "hashing",
+    "add_request_context": "logs",
     "compute_fingerprint": "fingerprint",
     "configure_logging": "logs",
     "default_instrumentation": "instrument",

@@ -116,6 +116,9 @@ class HashObserver:
     def bad_image(self, error: BadImageError) -> None:
         """The loader refused an input."""
 
+    def exif_corrupt_warning(self, message: str) -> None:
+        """Pillow warned ``Corrupt EXIF data`` (seen where warnings are captured: :mod:`mmobs.logs`)."""
+
 
 class RecordingObserver(HashObserver):
     """Remembers the events of one piece of work and forwards them all to ``inner``.
@@ -132,6 +135,7 @@ class RecordingObserver(HashObserver):
         self.keyed: list[MediaKeyed] = []
         self.hashed_calls: list[tuple[str, float, int]] = []
         self.bad_images: list[BadImageError] = []
+        self.exif_corrupt_warnings: list[str] = []
 
     def exif_fallback(self, event: ExifFallback) -> None:
         self.fallbacks.append(event)
@@ -155,6 +159,10 @@ class RecordingObserver(HashObserver):
     def bad_image(self, error: BadImageError) -> None:
         self.bad_images.append(error)
         self.inner.bad_image(error)
+
+    def exif_corrupt_warning(self, message: str) -> None:
+        self.exif_corrupt_warnings.append(message)
+        self.inner.exif_corrupt_warning(message)
 
 
 NULL_OBSERVER = HashObserver()

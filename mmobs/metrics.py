@@ -16,6 +16,7 @@ Children are cached in dicts so the hot path is a dict lookup and an ``inc``.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -32,11 +33,13 @@ __all__ = [
     "HTTP_METRICS",
     "METRIC_NAMES",
     "REQUEST_BUCKETS",
+    "SIZE_BUCKETS",
     "STATUS_CLASSES",
     "HasherMetrics",
     "HttpMetrics",
     "MetricSpec",
     "exception_label",
+    "request_exemplar",
 ]
 
 #: Exception classes Pillow's EXIF code is known to raise, with their label; anything else is ``other``.
@@ -77,8 +80,10 @@ STATUS_CLASSES: tuple[str, ...] = ("1xx", "2xx", "3xx", "4xx", "5xx")
 
 #: Hash latency buckets: 10 us (a short string) to 2.5 s (a 12 MP image on a slow core).
 HASH_BUCKETS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-#: Request latency buckets, in seconds.
+#: Request latency buckets, in seconds (``MMObsMiddleware(buckets=...)`` replaces them).
 REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: Body size buckets, in bytes: 64 B to 64 MiB by factors of 4 (an image request is KiB to tens of MiB).
+SIZE_BUCKETS = tuple(float(64 * 4**i) for i in range(11))
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,11 @@ HASHER_METRICS: tuple[MetricSpec, ...] = (
         "Media items the drift tracker sampled (the denominator of the drift ratio).", ("kind",),
     ),
     MetricSpec(
+        "exif_corrupt_warnings", Counter, "mmobs_exif_corrupt_warnings_total",
+        "Pillow's 'Corrupt EXIF data' warnings (broken metadata that did not raise), counted "
+        "where Python warnings are captured (mmobs serve, configure_logging).", (),
+    ),
+    MetricSpec(
         "hasher_info", Gauge, "mmobs_hasher_info",
         "Always 1. The fingerprint label digests the keys of built-in reference "
         "inputs: replicas that would key an image differently disagree on it.",
@@ -146,6 +156,25 @@ HTTP_METRICS: tuple[MetricSpec, ...] = (
         {"buckets": REQUEST_BUCKETS},
     ),
     MetricSpec(
+        "time_to_first_byte", Histogram, "mmobs_http_time_to_first_byte_seconds",
+        "Time to the first response body byte (a streamed response's first chunk), by route template and method.",
+        ("route", "method"), {"buckets": REQUEST_BUCKETS},
+    ),
+    MetricSpec(
+        "in_progress", Gauge, "mmobs_http_requests_in_progress",
+        "HTTP requests being served right now, by route template and method.", ("route", "method"),
+        {"multiprocess_mode": "livesum"},
+    ),
+    MetricSpec(
+        "request_size", Histogram, "mmobs_http_request_size_bytes",
+        "Request body size (its Content-Length, else the bytes the app read), by route template and method.",
+        ("route", "method"), {"buckets": SIZE_BUCKETS},
+    ),
+    MetricSpec(
+        "response_size", Histogram, "mmobs_http_response_size_bytes",
+        "Response body bytes sent, by route template and method.", ("route", "method"), {"buckets": SIZE_BUCKETS},
+    ),
+    MetricSpec(
         "image_requests", Counter, "mmobs_http_image_requests_total",
         "HTTP requests that loaded or keyed at least one image, by status class.", ("route", "status_class"),
     ),
@@ -157,6 +186,15 @@ HTTP_METRICS: tuple[MetricSpec, ...] = (
 
 #: Every exported metric family name (counters with their ``_total``).
 METRIC_NAMES: frozenset[str] = frozenset(spec.name for spec in (*HASHER_METRICS, *HTTP_METRICS))
+
+
+#: OpenMetrics allows 128 characters of exemplar labels, names included.
+_EXEMPLAR_ID_CHARS = 128 - len("request_id")
+
+
+def request_exemplar(request_id: str) -> dict[str, str]:
+    """The exemplar labels naming a request (cut to what OpenMetrics allows)."""
+    return {"request_id": request_id[:_EXEMPLAR_ID_CHARS]}
 
 
 @lru_cache(maxsize=512)
@@ -185,6 +223,7 @@ class HasherMetrics:
     bad_images: Counter
     drift: Counter
     drift_samples: Counter
+    exif_corrupt_warnings: Counter
     hasher_info: Gauge
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -206,14 +245,35 @@ class HasherMetrics:
 
 
 class HttpMetrics:
-    """Request metrics (:data:`HTTP_METRICS`) recorded by :class:`mmobs.middleware.MMObsMiddleware`."""
+    """Request metrics (:data:`HTTP_METRICS`) recorded by :class:`mmobs.middleware.MMObsMiddleware`.
+
+    ``buckets`` replaces :data:`REQUEST_BUCKETS` for the two latency histograms.
+    ``register=False`` builds them outside any registry, for
+    :class:`mmobs.request_metrics.RequestRecorder` to register as one collector.
+    """
 
     requests: Counter
     duration: Histogram
+    time_to_first_byte: Histogram
+    in_progress: Gauge
+    request_size: Histogram
+    response_size: Histogram
     image_requests: Counter
     fallback_requests: Counter
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        buckets: Sequence[float] | None = None,
+        *,
+        register: bool = True,
+    ) -> None:
         self.registry = registry = REGISTRY if registry is None else registry
+        self.buckets = tuple(float(b) for b in (REQUEST_BUCKETS if buckets is None else buckets))
         for spec in HTTP_METRICS:
-            setattr(self, spec.attribute, spec.build(registry))
+            overrides = {"buckets": self.buckets} if spec.options.get("buckets") is REQUEST_BUCKETS else {}
+            setattr(self, spec.attribute, spec.build(registry if register else None, **overrides))
+
+    def all(self) -> list[Any]:
+        """The metrics, in declaration order (``register=False``: for a collector that exposes them)."""
+        return [getattr(self, spec.attribute) for spec in HTTP_METRICS]
