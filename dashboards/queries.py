@@ -7,11 +7,11 @@ by path, it is not part of the ``mmobs`` package::
     queries = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(queries)
     for source, expr in queries.all_queries():
-        promql = queries.substitute(expr)   # $job, $instance -> .*, $__rate_interval -> 1m
+        promql = queries.substitute(expr)   # $job, $instance, ... -> .*, $__rate_interval -> 1m
         ...
 
 Dashboard expressions contain Grafana variables (``$job``, ``$instance``,
-``$__rate_interval``); :func:`substitute` replaces them. Recording-rule
+``$model_name``, ``$__rate_interval``); :func:`substitute` replaces them. Recording-rule
 expressions are plain PromQL; each reads raw mmobs series only, so it can be
 evaluated before the rules have run. Alert expressions (:func:`alert_queries`)
 return data only while an alert condition holds, so they are kept separate.
@@ -117,15 +117,22 @@ def all_queries() -> list[tuple[str, str]]:
     return dashboard_queries() + recording_rule_queries()
 
 
-def substitute(expr: str, job: str = ".*", instance: str = ".*", rate_interval: str = "1m") -> str:
-    """Replace the Grafana variables the dashboards use, so Prometheus can run the query."""
-    return (
-        expr.replace("$__rate_interval", rate_interval)
-        .replace("${job}", job)
-        .replace("$job", job)
-        .replace("${instance}", instance)
-        .replace("$instance", instance)
-    )
+_VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+
+
+def substitute(expr: str, rate_interval: str = "1m", **values: str) -> str:
+    """Replace the Grafana variables the dashboards use, so Prometheus can run the query.
+
+    ``$__rate_interval`` becomes ``rate_interval``; any other variable (``$job``,
+    ``$instance``, ``$model_name``, a cluster variable) becomes ``values[name]``,
+    by default ``.*`` (what "All" selects, plus series without the label).
+    """
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        return rate_interval if name == "__rate_interval" else values.get(name, ".*")
+
+    return _VARIABLE.sub(value, expr)
 
 
 if __name__ == "__main__":

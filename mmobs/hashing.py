@@ -355,6 +355,8 @@ def _pixel_layout(image: Image.Image) -> tuple[str, tuple[int, ...], str]:
 
 def _as_byte_view(view: memoryview) -> Chunk:
     """A 1-D unsigned-byte view (so ``len`` is the byte count), or a C-order copy."""
+    if view.nbytes == 0:
+        return b""  # a view with a zero in its shape cannot be cast
     if view.c_contiguous:
         return view.cast("B") if view.format != "B" or view.ndim != 1 else view
     return view.tobytes()

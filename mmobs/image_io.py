@@ -36,6 +36,7 @@ except ImportError:  # pragma: no cover - exercised where pybase64 is absent
 
 from .errors import BadImageError, BadImageReason, InvalidOptionError
 from .events import TransposeFailure, get_observer
+from .formats import DEFAULT_FORMATS
 from .media import MediaWithBytes
 
 __all__ = [
@@ -57,12 +58,6 @@ __all__ = [
 DEFAULT_MAX_PIXELS = 50_000_000
 #: 32 MiB of encoded bytes per image.
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
-#: Formats the loader opens by default: what clients send to vision models.
-#: Pillow knows dozens more; some run external programs (EPS calls
-#: Ghostscript) or have rarely exercised decoders, so client input does not
-#: reach them unless a caller opts in (``formats=None`` allows every one).
-#: (JPEG covers MPO; AVIF is used where this Pillow has the plugin.)
-DEFAULT_FORMATS: tuple[str, ...] = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF", "AVIF")
 
 _ALL_MODES: frozenset[str] = frozenset(getattr(Image, "MODES", ())) or frozenset(
     ("1", "CMYK", "F", "HSV", "I", "I;16", "I;16B", "I;16L", "I;16N", "L", "LA", "La",

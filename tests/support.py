@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 REQUIRE_PROMETHEUS = os.environ.get("MMOBS_REQUIRE_PROMETHEUS") == "1"
+REQUIRE_VLLM = os.environ.get("MMOBS_REQUIRE_VLLM") == "1"
 
 
 def require_binary(name: str) -> str:
@@ -28,6 +29,17 @@ def require_binary(name: str) -> str:
             pytest.fail(f"{message}, and MMOBS_REQUIRE_PROMETHEUS=1 forbids skipping")
         pytest.skip(message)
     return path
+
+
+def require_vllm() -> None:
+    """Skip when vLLM is not importable (fail under MMOBS_REQUIRE_VLLM=1, as in CI)."""
+    try:
+        import vllm.multimodal.hasher  # noqa: F401
+    except ImportError as error:
+        message = f"vLLM is not installed ({error}); .ci/install-vllm installs it without CUDA"
+        if REQUIRE_VLLM:
+            pytest.fail(f"{message}, and MMOBS_REQUIRE_VLLM=1 forbids skipping")
+        pytest.skip(message)
 
 
 def free_port() -> int:

@@ -1,14 +1,13 @@
-"""The Grafana dashboards, recording rules and alerts under ``dashboards/``.
+"""The Grafana dashboards, recording rules and alerts under ``dashboards/``, rendered by the mixin.
 
-Checks the conventions in the design notes (datasource variable, job/instance
-filters on every selector, ``$__rate_interval``, units, descriptions, stable
-uids, rule and alert naming, runbooks), that every metric a query reads is one
-mmobs exports (:data:`mmobs.metrics.METRIC_NAMES`), and runs ``promtool check``
-and ``promtool test`` on the rules.
-
-PromQL is read with a small tokenizer, strict on purpose: an unknown character,
-a selector without a metric name or an unknown function fails the test rather
-than being skipped.
+Checks that the committed files are the mixin's output, the conventions in the
+design notes (datasource variable, job/instance filters on every selector,
+``$__rate_interval``, units, descriptions, stable uids, rule and alert naming,
+runbooks), that every metric a query reads is one mmobs (or vLLM) exports, that
+the rules read only the configured jobs, and runs ``promtool check`` (with
+``--lint=all``) and ``promtool test`` on the rules. The ported dashboard-linter
+and mixtool rules are in ``tests/test_lint.py``, the Grafana schema round trip
+in ``tests/test_dashboard_schema.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import importlib.util
 import json
 import re
 import subprocess
-from dataclasses import dataclass, field
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,7 +24,11 @@ from typing import Any
 import pytest
 import yaml
 
+from dashboards.mixin import MixinConfig, alerts, metrics as mixin_metrics, render_all, rules as mixin_rules
 from mmobs.metrics import METRIC_NAMES
+from tests.dashboard_lint import lint_dashboard
+from tests.alert_lint import lint_alert_document
+from tests.promql_scan import COUNTER_FUNCTIONS, family, selectors
 from tests.support import require_binary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,9 +49,14 @@ EXPECTED_UIDS = {
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 #: Series Prometheus itself provides that the rules may read.
 BUILTIN_METRICS = frozenset({"up"})
+#: vLLM's multimodal cache counters (checked against vLLM's source in test_vllm_metrics.py).
+VLLM_METRICS = frozenset({"vllm:mm_cache_queries_total", "vllm:mm_cache_hits_total"})
+#: ... and as a Prometheus 2.x stores them (prometheus_client escapes the colon in OpenMetrics).
+VLLM_STORED = VLLM_METRICS | {name.replace(":", "_") for name in VLLM_METRICS}
 RUNBOOK_URL = "https://github.com/mmobs/mmobs/blob/main/docs/runbooks/{}.md"
 SEVERITIES = frozenset({"critical", "warning", "info"})
 RATE_INTERVAL = "$__rate_interval"
+DEFAULT_SELECTOR = ("job", "=~", "mmobs.*")
 
 
 # -- promtool -------------------------------------------------------------------
@@ -60,172 +68,6 @@ def run_promtool(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedPro
     )
     assert result.returncode == 0, f"promtool {' '.join(map(str, args))}:\n{result.stdout}\n{result.stderr}"
     return result
-
-
-# -- a small, strict PromQL scanner --------------------------------------------------
-
-_TOKEN = re.compile(
-    r"""
-      (?P<ws>\s+)
-    | (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)
-    | (?P<range>\[[^\]]*\])
-    | (?P<duration>\d+(?:ms|[smhdwy])(?:\d+(?:ms|[smhdwy]))*\b)
-    | (?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
-    | (?P<ident>[A-Za-z_:][A-Za-z0-9_:]*)
-    | (?P<op>=~|!~|!=|==|>=|<=|[-+*/%^<>=,(){}@])
-    """,
-    re.VERBOSE,
-)
-#: Keywords followed by a parenthesised list of label names.
-_LABEL_LIST_KEYWORDS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right"})
-_OPERATOR_KEYWORDS = frozenset({"and", "or", "unless", "bool", "offset", "atan2"})
-_AGGREGATIONS = frozenset(
-    {"sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk", "topk", "quantile"}
-)
-_FUNCTIONS = _AGGREGATIONS | frozenset(
-    {
-        "abs", "absent", "absent_over_time", "avg_over_time", "ceil", "clamp", "clamp_max", "clamp_min",
-        "count_over_time", "delta", "deriv", "floor", "histogram_quantile", "idelta", "increase", "irate",
-        "label_join", "label_replace", "last_over_time", "max_over_time", "min_over_time",
-        "quantile_over_time", "rate", "resets", "round", "scalar", "sort", "sort_desc", "sum_over_time",
-        "time", "timestamp", "vector",
-    }
-)
-_COUNTER_FUNCTIONS = frozenset({"rate", "increase", "irate"})
-#: What may stand inside a range selector's brackets: a duration or a Grafana variable.
-_RANGE = re.compile(r"\d+(?:ms|[smhdwy])(?:\d+(?:ms|[smhdwy]))*|\$\w+|\$\{\w+\}")
-
-
-@dataclass
-class Selector:
-    """One vector selector: metric name, label matchers, range, innermost enclosing function."""
-
-    name: str | None
-    matchers: list[tuple[str, str, str]] = field(default_factory=list)
-    range: str | None = None
-    function: str | None = None
-
-    def has(self, label: str, op: str, value: str) -> bool:
-        return (label, op, value) in self.matchers
-
-
-def _tokens(expr: str) -> list[tuple[str, str]]:
-    tokens = []
-    pos = 0
-    while pos < len(expr):
-        match = _TOKEN.match(expr, pos)
-        if match is None:
-            raise ValueError(f"cannot tokenize PromQL at {expr[pos:pos + 20]!r} in {expr!r}")
-        kind = match.lastgroup
-        assert kind is not None
-        if kind != "ws":
-            tokens.append((kind, match.group()))
-        pos = match.end()
-    return tokens
-
-
-def _unquote(text: str) -> str:
-    if text[0] == "`":
-        return text[1:-1]
-    return re.sub(r"\\(.)", r"\1", text[1:-1])
-
-
-def selectors(expr: str) -> list[Selector]:
-    """Every vector selector in a PromQL expression, with its matchers and range."""
-    tokens = _tokens(expr)
-    found: list[Selector] = []
-    stack: list[tuple[str, int]] = []  # (function, paren depth inside it)
-    depth = 0
-    pending: str | None = None
-    i = 0
-
-    def peek(offset: int = 0) -> tuple[str, str]:
-        j = i + offset
-        return tokens[j] if j < len(tokens) else ("end", "")
-
-    while i < len(tokens):
-        kind, text = tokens[i]
-        if kind == "ident":
-            word = text.lower()
-            if word in _LABEL_LIST_KEYWORDS:
-                i += 1
-                if peek() == ("op", "("):
-                    close = next(j for j in range(i, len(tokens)) if tokens[j] == ("op", ")"))
-                    labels = [t for k, t in tokens[i + 1 : close] if k == "ident"]
-                    if any(k not in ("ident", "op") for k, _ in tokens[i + 1 : close]):
-                        raise ValueError(f"bad label list after {text!r} in {expr!r}")
-                    assert labels or word in ("group_left", "group_right"), expr
-                    i = close + 1
-                continue
-            if word in _OPERATOR_KEYWORDS:
-                i += 1
-                continue
-            if word in _AGGREGATIONS or peek(1) == ("op", "("):
-                if text not in _FUNCTIONS:
-                    raise ValueError(f"unknown PromQL function {text!r} in {expr!r}")
-                pending = text
-                i += 1
-                continue
-            selector = Selector(text, function=stack[-1][0] if stack else None)
-            i += 1
-            if peek() == ("op", "{"):
-                i = _matchers(tokens, i + 1, selector, expr)
-            if peek()[0] == "range":
-                selector.range = peek()[1][1:-1].strip()
-                if not _RANGE.fullmatch(selector.range):
-                    raise ValueError(f"range [{selector.range}] is not a duration (subquery?) in {expr!r}")
-                i += 1
-            found.append(selector)
-            continue
-        if (kind, text) == ("op", "{"):
-            selector = Selector(None, function=stack[-1][0] if stack else None)
-            i = _matchers(tokens, i + 1, selector, expr)
-            found.append(selector)
-            continue
-        if kind == "range":
-            raise ValueError(f"range {text} not attached to a selector (subquery?) in {expr!r}")
-        if (kind, text) == ("op", "("):
-            depth += 1
-            if pending is not None:
-                stack.append((pending, depth))
-                pending = None
-        elif (kind, text) == ("op", ")"):
-            if stack and stack[-1][1] == depth:
-                stack.pop()
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced parentheses in {expr!r}")
-        elif kind not in ("number", "duration", "op", "string"):
-            raise ValueError(f"unexpected {kind} {text!r} in {expr!r}")
-        i += 1
-    if depth != 0:
-        raise ValueError(f"unbalanced parentheses in {expr!r}")
-    return found
-
-
-def _matchers(tokens: list[tuple[str, str]], i: int, selector: Selector, expr: str) -> int:
-    """Parse ``label op "value"`` pairs up to the closing brace; return the index after it."""
-    while True:
-        if tokens[i] == ("op", "}"):
-            return i + 1
-        (k1, label), (k2, op), (k3, value) = tokens[i : i + 3]
-        if k1 != "ident" or k2 != "op" or op not in ("=", "!=", "=~", "!~") or k3 != "string":
-            raise ValueError(f"bad label matcher near {label!r} in {expr!r}")
-        selector.matchers.append((label, op, _unquote(value)))
-        i += 3
-        if tokens[i] == ("op", ","):
-            i += 1
-        elif tokens[i] != ("op", "}"):
-            raise ValueError(f"expected ',' or '}}' after matcher {label!r} in {expr!r}")
-
-
-def family(name: str) -> str:
-    """The metric family of a series name: strip histogram suffixes of known families."""
-    for suffix in ("_bucket", "_sum", "_count"):
-        base = name.removesuffix(suffix)
-        if base != name and base in METRIC_NAMES and not base.endswith(("_total", "_info")):
-            return base
-    return name
 
 
 # -- loading ------------------------------------------------------------------------
@@ -251,12 +93,16 @@ def all_panels(board: dict[str, Any]) -> list[dict[str, Any]]:
     return flat
 
 
+def query_panels(board: dict[str, Any]) -> list[dict[str, Any]]:
+    return [panel for panel in all_panels(board) if panel["type"] != "row"]
+
+
 def dashboard_targets() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """(where, panel, target) for every target of every panel."""
     return [
         (f"{name} panel {panel['id']} {panel['title']!r} {target.get('refId')}", panel, target)
         for name, board in dashboards().items()
-        for panel in all_panels(board)
+        for panel in query_panels(board)
         for target in panel.get("targets", [])
     ]
 
@@ -334,7 +180,112 @@ def test_scanner_is_strict(expr: str) -> None:
         scan()
 
 
-# -- dashboards: files, generator, uids ---------------------------------------------------
+# -- the mixin: committed files are its output ---------------------------------------------
+
+
+def test_checked_in_files_are_the_mixin_output() -> None:
+    expected = render_all()
+    assert set(expected) == {
+        *(f"grafana/{p.name}" for p in GRAFANA.glob("*.json")),
+        "prometheus/recording-rules.yml",
+        "prometheus/alerts.yml",
+    }
+    for name, text in expected.items():
+        assert (DASHBOARDS / name).read_text(encoding="utf-8") == text, (
+            f"{name} is out of date: run python dashboards/generate.py"
+        )
+
+
+def test_generate_script_checks_and_writes(tmp_path: Path) -> None:
+    script = [sys.executable, str(DASHBOARDS / "generate.py")]
+    check = subprocess.run([*script, "--check"], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stderr
+    stale = subprocess.run([*script, "--check", "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert stale.returncode == 1 and "out of date" in stale.stderr
+    written = subprocess.run([*script, "--out", str(tmp_path), "--rate-window", "2m"], capture_output=True, text=True)
+    assert written.returncode == 0, written.stderr
+    assert "job:mmobs_exif_fallback:rate2m" in (tmp_path / "prometheus/recording-rules.yml").read_text()
+    bad = subprocess.run([*script, "--out", str(tmp_path), "--rate-window", "soon"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "rate_window" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"selector": "job=mmobs"},
+        {"selector": 'job=~"mmobs.*",'},
+        {"cluster_label": "my-cluster"},
+        {"cluster_label": "job"},
+        {"runbook_url_pattern": "https://example.com/runbooks"},
+        {"rate_window": "5 minutes"},
+    ],
+)
+def test_mixin_config_rejects_what_it_cannot_render(options: dict[str, str]) -> None:
+    with pytest.raises(ValueError):
+        MixinConfig(**options)
+
+
+def test_rule_files_load_back_to_the_mixin_documents() -> None:
+    """The small YAML writer: PyYAML reads exactly the document the mixin built."""
+    config = MixinConfig()
+    assert yaml.safe_load(RECORDING_RULES.read_text(encoding="utf-8")) == mixin_rules.document(config)
+    assert yaml.safe_load(ALERTS.read_text(encoding="utf-8")) == alerts.document(config)
+
+
+def test_mixin_metric_names_are_mmobs_metric_names() -> None:
+    assert mixin_metrics.MMOBS_METRICS == METRIC_NAMES
+    assert mixin_metrics.VLLM_METRICS == VLLM_METRICS
+
+
+OTHER = MixinConfig(
+    selector='job="vllm", namespace!="dev"',
+    cluster_label="cluster",
+    runbook_url_pattern="https://runbooks.example.com/mmobs/{alert}",
+    rate_window="2m",
+)
+
+
+def test_mixin_renders_for_another_selector_cluster_runbook_and_window(tmp_path: Path) -> None:
+    files = render_all(OTHER)
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    for name in ("grafana/mmobs-cache-keys.json", "grafana/mmobs-exif-fallbacks.json"):
+        board = json.loads(files[name])
+        assert lint_dashboard(board, name) == []
+        variables = [v["name"] for v in board["templating"]["list"]]
+        assert variables[:4] == ["datasource", "cluster", "job", "instance"], variables
+        assert board["templating"]["list"][2]["query"] == (
+            'label_values(mmobs_media_keys_total{job="vllm",namespace!="dev",cluster=~"$cluster"}, job)'
+        )
+        for panel in query_panels(board):
+            for target in panel["targets"]:
+                for selector in selectors(target["expr"]):
+                    assert ("cluster", "=~", "$cluster") in selector.matchers, (name, target["expr"])
+    alert_document = yaml.safe_load(files["prometheus/alerts.yml"])
+    assert lint_alert_document(alert_document) == []
+    for group in alert_document["groups"]:
+        for rule in group["rules"]:
+            assert rule["annotations"]["runbook_url"] == f"https://runbooks.example.com/mmobs/{rule['alert']}"
+    recorded = yaml.safe_load(files["prometheus/recording-rules.yml"])
+    for group in recorded["groups"]:
+        for rule in group["rules"]:
+            assert rule["record"].startswith("cluster_job"), rule["record"]
+            assert rule["record"].endswith("rate2m") or rule["record"].endswith("fingerprint"), rule["record"]
+            for selector in selectors(rule["expr"]):
+                assert ("job", "=", "vllm") in selector.matchers and ("namespace", "!=", "dev") in selector.matchers
+                assert selector.range in (None, "2m")
+
+
+@pytest.mark.prometheus
+def test_mixin_rendered_for_another_config_passes_promtool(tmp_path: Path) -> None:
+    for name, text in render_all(OTHER).items():
+        if name.startswith("prometheus/"):
+            (tmp_path / Path(name).name).write_text(text, encoding="utf-8")
+    run_promtool("check", "rules", "--lint=all", "--lint-fatal", *sorted(tmp_path.glob("*.yml")))
+
+
+# -- dashboards: files, uids, variables, panels ---------------------------------------------
 
 
 def test_every_dashboard_parses_and_has_the_expected_uid() -> None:
@@ -344,18 +295,9 @@ def test_every_dashboard_parses_and_has_the_expected_uid() -> None:
         assert board["uid"] == EXPECTED_UIDS[name], name
         assert board["title"].startswith("mmobs / ")
         assert board["schemaVersion"] >= 36, "Grafana 10+ dashboards"
-        assert board.get("id") is None, "a dashboard id is instance-specific; keep it null"
+        assert board.get("id") is None, "a dashboard id is instance-specific; never write one"
+        assert board["editable"] is False, "provisioned from files: edit the mixin, not the UI"
     assert len({b["uid"] for b in boards.values()}) == len(boards)
-
-
-def test_checked_in_json_is_the_generator_output() -> None:
-    generate = load_module("mmobs_dashboards_generate", DASHBOARDS / "generate.py")
-    expected = generate.rendered()
-    assert set(expected) == {p.name for p in GRAFANA.glob("*.json")}
-    for name, text in expected.items():
-        assert (GRAFANA / name).read_text(encoding="utf-8") == text, (
-            f"{name} is out of date: run python dashboards/generate.py"
-        )
 
 
 def test_no_inputs_and_no_hard_coded_datasource() -> None:
@@ -370,29 +312,46 @@ def test_no_inputs_and_no_hard_coded_datasource() -> None:
 
 
 def test_template_variables() -> None:
+    expected = {
+        "mmobs-exif-fallbacks.json": ["datasource", "job", "instance"],
+        "mmobs-cache-keys.json": ["datasource", "job", "instance", "model_name"],
+    }
     for name, board in dashboards().items():
         variables = {v["name"]: v for v in board["templating"]["list"]}
-        assert list(variables) == ["datasource", "job", "instance"], name
+        assert list(variables) == expected[name], name
         ds = variables["datasource"]
         assert ds["type"] == "datasource" and ds["query"] == "prometheus", name
-        for var in ("job", "instance"):
+        assert set(ds["current"]) >= {"text", "value"}, name
+        for var in expected[name][1:]:
             v = variables[var]
             assert v["type"] == "query", (name, var)
             assert v["datasource"] == DATASOURCE, (name, var)
             assert v["multi"] is True and v["includeAll"] is True, (name, var)
-            assert v["allValue"] == ".*", (name, var)
-            assert v["query"] == v["definition"], (name, var)
-            match = re.fullmatch(r"label_values\((\w+)(\{.*\})?, (\w+)\)", v["query"])
+            assert v["allValue"] == ".+", (name, var)
+            assert v["refresh"] == 2, (name, var)
+            assert "definition" not in v, (name, var)
+            match = re.fullmatch(r"label_values\(([\w:]*)(\{.*\})?, (\w+)\)", v["query"])
             assert match and match.group(3) == var, (name, v["query"])
-            assert match.group(1) in METRIC_NAMES, (name, v["query"])
+            (selector,) = selectors(match.group(1) + (match.group(2) or ""))
+            if selector.name is None:
+                (names,) = [value for label, op, value in selector.matchers if label == "__name__" and op == "=~"]
+                assert set(names.split("|")) <= VLLM_STORED, (name, v["query"])
+            else:
+                assert selector.name in METRIC_NAMES, (name, v["query"])
+        assert variables["job"]["query"] == 'label_values(mmobs_media_keys_total{job=~"mmobs.*"}, job)', name
         assert 'job=~"$job"' in variables["instance"]["query"], name
+    model = {v["name"]: v for v in dashboards()["mmobs-cache-keys.json"]["templating"]["list"]}["model_name"]
+    assert model["query"] == (
+        'label_values({__name__=~"vllm:mm_cache_queries_total|vllm_mm_cache_queries_total",'
+        'job=~"$job",instance=~"$instance"}, model_name)'
+    )
 
 
 def test_every_panel_has_datasource_description_unit_and_targets() -> None:
     for name, board in dashboards().items():
         ids = [p["id"] for p in all_panels(board)]
         assert len(ids) == len(set(ids)), f"{name}: duplicate panel ids"
-        for panel in all_panels(board):
+        for panel in query_panels(board):
             where = f"{name} panel {panel['id']} {panel.get('title')!r}"
             assert panel["type"] in {"timeseries", "stat", "table", "bargauge", "gauge"}, where
             assert panel["datasource"] == DATASOURCE, where
@@ -406,6 +365,27 @@ def test_every_panel_has_datasource_description_unit_and_targets() -> None:
             for target in panel["targets"]:
                 assert target["datasource"] == DATASOURCE, where
                 assert target["expr"].strip(), where
+        titles = [p["title"] for p in query_panels(board)]
+        assert len(titles) == len(set(titles)), f"{name}: duplicate panel titles"
+
+
+def test_vllm_row_sits_on_the_cache_keys_dashboard() -> None:
+    board = dashboards()["mmobs-cache-keys.json"]
+    panels = board["panels"]
+    (row_index,) = [i for i, p in enumerate(panels) if p["type"] == "row"]
+    row = panels[row_index]
+    assert row["title"] == "vLLM multimodal cache" and row["collapsed"] is False
+    below = panels[row_index + 1 :]
+    assert all(p["gridPos"]["y"] > row["gridPos"]["y"] for p in below)
+    assert all(p["gridPos"]["y"] < row["gridPos"]["y"] for p in panels[:row_index])
+    read = {family(s.name or "") for p in below for t in p["targets"] for s in selectors(t["expr"])}
+    assert VLLM_STORED <= read, "vLLM's cache counters, both spellings"
+    assert {"mmobs_exif_fallback_total", "mmobs_media_keys_total", "mmobs_hash_duration_seconds"} <= read
+    for panel in below:
+        for target in panel["targets"]:
+            for selector in selectors(target["expr"]):
+                if selector.name in VLLM_STORED:
+                    assert ("model_name", "=~", "$model_name") in selector.matchers, target["expr"]
 
 
 def test_panels_do_not_overlap() -> None:
@@ -436,7 +416,7 @@ def test_every_rate_and_increase_uses_rate_interval() -> None:
     for where, _, target in dashboard_targets():
         expr = target["expr"]
         for selector in selectors(expr):
-            if selector.function in _COUNTER_FUNCTIONS:
+            if selector.function in COUNTER_FUNCTIONS:
                 assert selector.range == RATE_INTERVAL, f"{where}: {selector.function}({selector.name}[...])"
             if selector.range is not None:
                 assert selector.function in {"rate", "increase"}, f"{where}: range outside rate/increase"
@@ -451,12 +431,12 @@ def test_every_rate_and_increase_uses_rate_interval() -> None:
 def test_dashboard_metrics_exist() -> None:
     for where, _, target in dashboard_targets():
         for selector in selectors(target["expr"]):
-            assert family(selector.name or "") in METRIC_NAMES, f"{where}: unknown metric {selector.name}"
+            assert family(selector.name or "") in METRIC_NAMES | VLLM_STORED, f"{where}: unknown {selector.name}"
 
 
 def test_dashboards_cover_every_metric() -> None:
     used = {family(s.name or "") for _, _, t in dashboard_targets() for s in selectors(t["expr"])}
-    assert used == set(METRIC_NAMES), f"not on any dashboard: {sorted(set(METRIC_NAMES) - used)}"
+    assert used == set(METRIC_NAMES) | VLLM_STORED, f"not on any dashboard: {sorted(set(METRIC_NAMES) - used)}"
 
 
 # -- rules and alerts ---------------------------------------------------------------------
@@ -471,30 +451,53 @@ def test_rule_metrics_exist() -> None:
                 assert family(selector.name) in known, f"{path.name}: unknown metric {selector.name}"
 
 
+def test_rules_and_alerts_read_only_the_selected_jobs() -> None:
+    """Every raw series a rule or alert reads carries the mixin's selector (job=~"mmobs.*")."""
+    for path in RULE_FILES:
+        for rule in rules(path):
+            for selector in selectors(rule["expr"]):
+                if selector.name not in recording_names():
+                    assert DEFAULT_SELECTOR in selector.matchers, f"{path.name}: {selector.name} in {rule['expr']!r}"
+
+
+def _source_metric(part: str) -> bool:
+    return part in METRIC_NAMES or f"{part}_total" in METRIC_NAMES
+
+
 def test_recording_rule_names() -> None:
+    """level:metric:operations, with the source metric's own name (Prometheus's naming convention)."""
     names = [rule["record"] for rule in rules(RECORDING_RULES)]
     assert len(names) == len(set(names))
     assert "job:mmobs_exif_fallback:rate5m" in names
-    assert "job:mmobs_exif_fallback_ratio:rate5m" in names
+    assert "job:mmobs_exif_fallback_per_media_keys:ratio_rate5m" in names
     for rule in rules(RECORDING_RULES):
         name = rule["record"]
         match = re.fullmatch(r"([a-z]+(?:_[a-z]+)*):(mmobs_[a-z0-9_]+):([a-z0-9_]+)", name)
         assert match, f"{name} is not level:metric:operations"
-        assert match.group(1).startswith("job"), name
-        assert not match.group(2).endswith("_total"), f"{name}: drop _total after rate()"
+        level, metric, operations = match.groups()
+        assert level.startswith("job"), name
+        assert not metric.endswith("_total"), f"{name}: drop _total after rate()"
+        numerator, _, denominator = metric.partition("_per_")
+        assert _source_metric(numerator), f"{name}: {numerator} renames its source metric"
+        if denominator:
+            assert _source_metric(f"mmobs_{denominator}"), f"{name}: {denominator} is not a source metric"
+            assert operations.startswith("ratio_"), name
+        used = {family(s.name or "").removesuffix("_total") for s in selectors(rule["expr"])}
+        assert numerator in used, f"{name} does not read {numerator}"
+        assert operations.endswith("rate5m") or operations.startswith("count"), name
         # The level names the labels the rule keeps: its (first, outermost) by (...) clause.
         grouping = re.search(r"\bby\s*\(([^)]*)\)", rule["expr"])
         assert grouping, f"{name}: no by (...) clause"
         kept = [label.strip() for label in grouping.group(1).split(",") if label.strip() != "le"]
-        assert match.group(1) == "_".join(kept), f"{name}: level should be {'_'.join(kept)}"
+        assert level == "_".join(kept), f"{name}: level should be {'_'.join(kept)}"
 
 
 def test_alerts_are_well_formed() -> None:
-    alerts = alert_rules()
-    assert len(alerts) >= 5
-    names = [alert["alert"] for alert in alerts]
+    alerts_found = alert_rules()
+    assert len(alerts_found) >= 5
+    names = [alert["alert"] for alert in alerts_found]
     assert len(names) == len(set(names)), "one rule per alert name"
-    for alert in alerts:
+    for alert in alerts_found:
         name = alert["alert"]
         assert re.fullmatch(r"Mmobs(?:[A-Z][a-z0-9]*)+", name), f"{name} is not CamelCase"
         assert alert["labels"]["severity"] in SEVERITIES, name
@@ -511,10 +514,10 @@ def test_required_alerts_exist() -> None:
     def alert_reading(*metrics: str) -> list[str]:
         return [name for name, used in uses.items() if used & set(metrics)]
 
-    assert alert_reading("job:mmobs_exif_fallback_ratio:rate5m"), "an EXIF fallback ratio alert"
-    assert alert_reading("job:mmobs_cache_key_drift_ratio:rate5m"), "a cache-key drift alert"
-    assert alert_reading("job:mmobs_hasher_fingerprints:count"), "a fleet fingerprint alert"
-    assert alert_reading("job:mmobs_http_image_requests_5xx:rate5m"), "a 5xx-on-image-requests alert"
+    assert alert_reading("job:mmobs_exif_fallback_per_media_keys:ratio_rate5m"), "an EXIF fallback ratio alert"
+    assert alert_reading("job:mmobs_cache_key_drift_per_cache_key_drift_samples:ratio_rate5m"), "a drift alert"
+    assert alert_reading("job:mmobs_hasher_info:count_distinct_fingerprint"), "a fleet fingerprint alert"
+    assert alert_reading("job_status_class:mmobs_http_image_requests:rate5m"), "a 5xx-on-image-requests alert"
     assert any(re.match(r"\s*absent\(", expr) for expr in exprs.values()), "a metrics-absent alert"
 
 
@@ -527,6 +530,14 @@ def test_every_alert_has_a_runbook() -> None:
         assert text.startswith(f"# {name}\n"), name
         for heading in ("## What it means", "## How to investigate", "## How to fix"):
             assert heading in text, f"{name}: no {heading!r}"
+
+
+def test_runbooks_name_only_rules_that_exist() -> None:
+    """A renamed recording rule must be renamed in the runbooks too."""
+    recorded = recording_names()
+    for path in sorted(RUNBOOKS.glob("*.md")):
+        for name in re.findall(r"\b[a-z_]+:mmobs_[a-z0-9_]+:[a-z0-9_]+\b", path.read_text(encoding="utf-8")):
+            assert name in recorded, f"{path.name} names {name}, which is not a recording rule"
 
 
 def test_every_alert_is_tested_firing_and_quiet() -> None:
@@ -561,10 +572,13 @@ def test_queries_module_lists_every_dashboard_target_and_rule() -> None:
     recorded = [rule["expr"].strip() for rule in rules(RECORDING_RULES)]
     assert sorted(expr for _, expr in listed) == sorted(targets + recorded)
     assert all(isinstance(source, str) and source for source, _ in listed)
-    alerts = [rule["expr"].strip() for rule in alert_rules()]
-    assert [expr for _, expr in queries.alert_queries()] == alerts
+    alerts_listed = [rule["expr"].strip() for rule in alert_rules()]
+    assert [expr for _, expr in queries.alert_queries()] == alerts_listed
     for _, expr in listed:
         assert "$" not in queries.substitute(expr)
+    assert queries.substitute('m{job=~"$job",model_name=~"${model_name}"}[$__rate_interval]', job="a") == (
+        'm{job=~"a",model_name=~".*"}[1m]'
+    )
 
 
 @pytest.mark.prometheus
@@ -606,9 +620,9 @@ def test_prometheus_config_scrapes_mmobs_and_loads_the_rules() -> None:
 
 
 @pytest.mark.prometheus
-def test_promtool_check_rules() -> None:
-    for path in RULE_FILES:
-        run_promtool("check", "rules", path)
+def test_promtool_check_rules_with_every_lint() -> None:
+    result = run_promtool("check", "rules", "--lint=all", "--lint-fatal", *RULE_FILES)
+    assert "SUCCESS" in result.stdout
 
 
 @pytest.mark.prometheus

@@ -1,15 +1,20 @@
-"""A real Prometheus scraping a real ``mmobs serve``: every dashboard query and rule has data.
+"""A real Prometheus scraping a real ``mmobs serve`` and vLLM's cache metrics: every query and rule has data.
 
 Prometheus (Debian's package) runs on a loopback port with a one-second scrape
 and evaluation interval and a temporary data directory, loading the rule files
-from ``dashboards/prometheus/`` as they ship. Skips without the binaries, and
-fails instead under ``MMOBS_REQUIRE_PROMETHEUS=1`` (as in CI).
+from ``dashboards/prometheus/`` as they ship. It scrapes two jobs: ``mmobs``
+(``mmobs serve``) and ``mmobs-vllm`` (:mod:`tests.vllm_metrics`: vLLM 0.33's
+multimodal cache counters, built from vLLM's own definitions, with mmobs keying
+the media in the same process, as when mmobs runs inside vLLM). Skips without
+the binaries, and fails instead under ``MMOBS_REQUIRE_PROMETHEUS=1`` (as in CI).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,15 +22,24 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from dashboards.mixin import MixinConfig, vllm_cache
+from dashboards.mixin.promql import QueryStyle
 from tests import golden, images
 from tests.support import ServiceProcess, data_url, free_port, require_binary
+from tests.vllm_metrics import definitions
 
 pytestmark = pytest.mark.prometheus
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "dashboards" / "prometheus"
 
+VLLM_JOB = "mmobs-vllm"
+#: vllm:mm_cache_hits_total as Prometheus 3 stores it, or vllm_mm_cache_hits_total as 2.x does.
+HITS_STORED = "vllm[:_]mm_cache_hits_total"
+MODEL_NAME = "mmobs-test/vision-model"
+ENGINES = 2
 FALLBACK_IMAGES = 6
 GOOD_IMAGES = 9
 BAD_IMAGES = 4
@@ -39,8 +53,47 @@ def _queries_module() -> Any:
     return module
 
 
+class VllmExporterProcess:
+    """``python -m tests.vllm_metrics``: vLLM's multimodal cache counters plus mmobs, on a loopback port."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.port = free_port()
+        self.log_path = tmp_path / "vllm-exporter.log"
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.vllm_metrics", "--port", str(self.port), "--model-name", MODEL_NAME,
+             "--engines", str(ENGINES)],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vLLM exporter exited:\n{self.log_path.read_text(errors='replace')}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"vLLM exporter not ready:\n{self.log_path.read_text(errors='replace')}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
 class PrometheusProcess:
-    def __init__(self, tmp_path: Path, target: str) -> None:
+    def __init__(self, tmp_path: Path, target: str, vllm_target: str) -> None:
         binary = require_binary("prometheus")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -50,6 +103,8 @@ class PrometheusProcess:
             f"rule_files:\n  - {RULES / 'recording-rules.yml'}\n  - {RULES / 'alerts.yml'}\n"
             "scrape_configs:\n  - job_name: mmobs\n    static_configs:\n"
             f"      - targets: ['{target}']\n"
+            f"  - job_name: {VLLM_JOB}\n    static_configs:\n"
+            f"      - targets: ['{vllm_target}']\n"
         )
         self.log_path = tmp_path / "prometheus.log"
         self._log = open(self.log_path, "wb")
@@ -103,7 +158,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServicePro
     require_binary("prometheus")
     tmp = tmp_path_factory.mktemp("prometheus")
     service = ServiceProcess(tmp)
-    prometheus = PrometheusProcess(tmp, f"127.0.0.1:{service.port}")
+    exporter = VllmExporterProcess(tmp)
+    prometheus = PrometheusProcess(tmp, f"127.0.0.1:{service.port}", f"127.0.0.1:{exporter.port}")
     try:
         # Samples from before the traffic, so every rate() has a baseline.
         prometheus._wait(lambda: prometheus.scalar('count_over_time(up{job="mmobs"}[1m])') >= 3, 30, "scraping")
@@ -123,10 +179,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServicePro
             30,
             "seeing the traffic",
         )
+        prometheus._wait(
+            lambda: prometheus.scalar(f'sum(rate({{__name__=~"{HITS_STORED}",job="{VLLM_JOB}"}}[1m]))') > 0,
+            30,
+            "seeing vLLM cache hits",
+        )
         time.sleep(3)  # a few more scrapes and rule evaluations after the traffic
         yield service, prometheus
     finally:
         prometheus.stop()
+        exporter.stop()
         service.stop()
 
 
@@ -166,13 +228,15 @@ def test_fallback_count_and_ratio_agree_with_what_was_sent(stack):
     _, prometheus = stack
     assert prometheus.scalar('sum(mmobs_exif_fallback_total{job="mmobs",kind="media_with_bytes",exception="SyntaxError"})') == FALLBACK_IMAGES
     expected_ratio = FALLBACK_IMAGES / (FALLBACK_IMAGES + GOOD_IMAGES)
-    ratio = prometheus.scalar('job:mmobs_exif_fallback_ratio:rate5m{job="mmobs"}')
+    ratio = prometheus.scalar('job:mmobs_exif_fallback_per_media_keys:ratio_rate5m{job="mmobs"}')
     assert ratio == pytest.approx(expected_ratio, rel=1e-6)
-    request_ratio = prometheus.scalar('job:mmobs_http_exif_fallback_requests_ratio:rate5m{job="mmobs"}')
+    request_ratio = prometheus.scalar(
+        'job:mmobs_http_exif_fallback_requests_per_http_image_requests:ratio_rate5m{job="mmobs"}'
+    )
     # Per request: the fallback requests over every request that loaded an image (bad ones included).
     assert request_ratio == pytest.approx(FALLBACK_IMAGES / (FALLBACK_IMAGES + GOOD_IMAGES + BAD_IMAGES), rel=1e-6)
     assert prometheus.scalar('sum(mmobs_http_image_requests_total{job="mmobs",status_class="5xx"}) or vector(0)') == 0
-    assert prometheus.scalar('job:mmobs_hasher_fingerprints:count{job="mmobs"}') == 1
+    assert prometheus.scalar('job:mmobs_hasher_info:count_distinct_fingerprint{job="mmobs"}') == 1
 
 
 def test_alerts_quiet_except_the_fallback_ratio(stack):
@@ -181,3 +245,62 @@ def test_alerts_quiet_except_the_fallback_ratio(stack):
     alerts = httpx.get(prometheus.url + "/api/v1/alerts", timeout=10).json()["data"]["alerts"]
     names = {alert["labels"]["alertname"] for alert in alerts}
     assert names <= {"MmobsExifFallbackRatioHigh"}, alerts
+
+
+def test_vllm_series_are_named_labelled_and_typed_as_vllm_defines_them(stack):
+    """The target exports what vLLM's PrometheusStatLogger declares (read from vLLM's source), and Prometheus
+    stores it under the name the dashboards read.
+
+    prometheus_client writes the colon of ``vllm:`` as ``_`` in OpenMetrics sample names (its HELP/TYPE keep
+    the colon; prometheus/client_python#1177), and Prometheus 2.x asks for OpenMetrics, so what it stores is
+    ``vllm_mm_cache_..._total``; Prometheus 3 keeps the colon. A real vLLM behind the same client and
+    Prometheus gives the same, which is why the dashboards read both spellings.
+    """
+    _, prometheus = stack
+    found, origin = definitions()
+    exporter_url = next(
+        target["scrapeUrl"]
+        for target in httpx.get(prometheus.url + "/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+        if target["labels"]["job"] == VLLM_JOB
+    )
+    families = {family.name: family for family in text_string_to_metric_families(httpx.get(exporter_url).text)}
+    for definition in found.values():
+        family = families[definition.name]
+        assert (family.type, family.documentation) == (definition.kind, definition.documentation), origin
+        samples = [sample for sample in family.samples if sample.name == definition.exported_name]
+        assert len(samples) == ENGINES, (origin, family.samples)
+        assert all(set(sample.labels) == set(definition.labelnames) for sample in samples), samples
+        spellings = {definition.exported_name, definition.exported_name.replace(":", "_")}
+        stored = prometheus.query(f'{{__name__=~"{"|".join(spellings)}",job="{VLLM_JOB}"}}')
+        assert len(stored) == ENGINES, (definition, stored)
+        for sample in stored:
+            assert sample["metric"]["__name__"] in spellings, sample
+            assert set(sample["metric"]) == {"__name__", "job", "instance", *definition.labelnames}, sample
+            assert sample["metric"]["model_name"] == MODEL_NAME
+        assert {sample["metric"]["engine"] for sample in stored} == {str(engine) for engine in range(ENGINES)}
+
+
+def model_variable_selector() -> str:
+    """The series selector inside the dashboard's model_name variable query."""
+    query = vllm_cache.model_name_variable(MixinConfig())["query"]
+    return query.removeprefix("label_values(").removesuffix(", model_name)")
+
+
+def test_vllm_row_hit_rate_and_model_variable_see_vllm(stack):
+    """The row's hit-rate query, as the dashboard runs it for the model, agrees with what the exporter counts."""
+    _, prometheus = stack
+    queries = _queries_module()
+    query = QueryStyle.for_dashboards(MixinConfig())
+    hit_rate = prometheus.query(queries.substitute(vllm_cache.hit_rate(query), job=VLLM_JOB, model_name=MODEL_NAME))
+    (sample,) = hit_rate
+    assert sample["metric"] == {"model_name": MODEL_NAME}
+    # The exporter cycles through three images: after the first three lookups every one is a hit.
+    assert 0.9 <= float(sample["value"][1]) <= 1.0
+    models = httpx.get(
+        prometheus.url + "/api/v1/label/model_name/values",
+        params={"match[]": queries.substitute(model_variable_selector())},
+        timeout=10,
+    ).json()["data"]
+    assert models == [MODEL_NAME]
+    # mmobs keys the same target's media: the row's mmobs panels have data for the vLLM job too.
+    assert prometheus.scalar(f'sum(rate(mmobs_media_keys_total{{job="{VLLM_JOB}"}}[1m]))') > 0

@@ -1,0 +1,62 @@
+"""Every metric name the mixin's queries read, in one place.
+
+mmobs's own names must equal :data:`mmobs.metrics.METRIC_NAMES` (a test checks
+it); the vLLM names are checked against vLLM's source by
+``tests/test_vllm_metrics.py``. Counters carry their ``_total`` suffix, as on
+the wire.
+"""
+
+from __future__ import annotations
+
+# -- mmobs (mmobs/metrics.py) -------------------------------------------------
+EXIF_FALLBACKS = "mmobs_exif_fallback_total"
+TRANSPOSE_FAILURES = "mmobs_exif_transpose_failures_total"
+MEDIA_KEYS = "mmobs_media_keys_total"
+HASH_DURATION = "mmobs_hash_duration_seconds"
+HASHED_BYTES = "mmobs_hashed_bytes_total"
+BAD_IMAGES = "mmobs_bad_images_total"
+DRIFT = "mmobs_cache_key_drift_total"
+DRIFT_SAMPLES = "mmobs_cache_key_drift_samples_total"
+HASHER_INFO = "mmobs_hasher_info"
+HTTP_REQUESTS = "mmobs_http_requests_total"
+HTTP_REQUEST_DURATION = "mmobs_http_request_duration_seconds"
+HTTP_IMAGE_REQUESTS = "mmobs_http_image_requests_total"
+HTTP_FALLBACK_REQUESTS = "mmobs_http_exif_fallback_requests_total"
+
+MMOBS_METRICS: frozenset[str] = frozenset(
+    {
+        EXIF_FALLBACKS, TRANSPOSE_FAILURES, MEDIA_KEYS, HASH_DURATION, HASHED_BYTES, BAD_IMAGES, DRIFT,
+        DRIFT_SAMPLES, HASHER_INFO, HTTP_REQUESTS, HTTP_REQUEST_DURATION, HTTP_IMAGE_REQUESTS,
+        HTTP_FALLBACK_REQUESTS,
+    }
+)
+
+#: The metric the job/instance variables read their values from. Its children
+#: are created up front, so it exists from the first scrape of any mmobs process.
+VARIABLE_METRIC = MEDIA_KEYS
+
+# -- vLLM 0.33 (vllm/v1/metrics/loggers.py, PrometheusStatLogger) -------------
+#: Multimodal items looked up in vLLM's processor cache, and the ones found there.
+#: prometheus_client adds ``_total`` to a Counter's name on the wire.
+VLLM_MM_CACHE_QUERIES = "vllm:mm_cache_queries_total"
+VLLM_MM_CACHE_HITS = "vllm:mm_cache_hits_total"
+#: The labels vLLM puts on every per-engine metric.
+VLLM_LABELS: tuple[str, ...] = ("model_name", "engine")
+
+VLLM_METRICS: frozenset[str] = frozenset({VLLM_MM_CACHE_QUERIES, VLLM_MM_CACHE_HITS})
+
+
+def spellings(name: str) -> tuple[str, str]:
+    """A vLLM name as stored by Prometheus 3 (``vllm:...``) and by Prometheus 2 (``vllm_...``).
+
+    prometheus_client's OpenMetrics writer turns the colon into an underscore in
+    sample names (not in HELP/TYPE; prometheus/client_python issue #1177) when
+    the scraper asks for OpenMetrics without ``escaping=allow-utf-8``, which
+    Prometheus 2.x does. Queries read both so the row works on either.
+    """
+    return name, name.replace(":", "_")
+
+# -- label values ---------------------------------------------------------------
+#: Media kinds the EXIF ImageID read applies to (the fallback's denominator).
+IMAGE_KINDS = 'kind=~"image|media_with_bytes"'
+STATUS_5XX = 'status_class="5xx"'

@@ -1,0 +1,37 @@
+"""mmobs inside an unmodified vLLM: a general plugin and a middleware preset.
+
+Installing mmobs into a vLLM environment is all it takes: vLLM loads the entry
+point ``mmobs = "mmobs.vllm:register"`` (group ``vllm.general_plugins``) in
+each of its processes, and :func:`register` makes vLLM's multimodal path
+report what it swallows, with keys unchanged (:mod:`mmobs.vllm.plugin`).
+``vllm serve --middleware mmobs.vllm.Middleware`` adds request ids and
+request metrics on vLLM's own ``/metrics`` (:mod:`mmobs.vllm.middleware`).
+
+Environment switches (read when vLLM loads the plugin):
+
+* ``MMOBS_VLLM_PLUGIN=0``: do nothing.
+* ``MMOBS_VLLM_GUARD=1``: run mmobs's structural checks before vLLM decodes an
+  image; a refusal is the ``ValueError`` vLLM answers with a 400.
+* ``MMOBS_VLLM_FAST_KEYS=1``: key plain PIL images through mmobs's zero-copy
+  pixel path (the same keys, proven by the differential tests).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .plugin import register, unregister
+
+if TYPE_CHECKING:
+    from .middleware import Middleware as Middleware
+
+__all__ = ["Middleware", "register", "unregister"]
+
+
+def __getattr__(name: str) -> Any:
+    # The middleware needs Starlette; vLLM's engine processes load the plugin without it.
+    if name == "Middleware":
+        from .middleware import Middleware
+
+        return Middleware
+    raise AttributeError(f"module 'mmobs.vllm' has no attribute {name!r}")

@@ -1,0 +1,44 @@
+"""``vllm serve --middleware mmobs.vllm.Middleware``: request ids and request metrics in vLLM.
+
+vLLM registers a ``--middleware`` class with ``app.add_middleware(cls)`` and
+no arguments, so this preset fixes the options that differ inside vLLM:
+
+* vLLM serves ``/metrics`` itself (prometheus_client's default registry, or a
+  ``MultiProcessCollector`` under ``PROMETHEUS_MULTIPROC_DIR``, which
+  ``--api-server-count`` above 1 sets). mmobs's series are registered in that
+  same default registry, so they appear on vLLM's endpoint; the preset serves
+  no endpoint of its own and never shadows vLLM's.
+* One request id for everyone: vLLM names a request after its
+  ``X-Request-Id`` header when there is one (``chatcmpl-<id>``), so the preset
+  makes sure the request reaching vLLM carries exactly the id mmobs logs and
+  echoes, generating one when the client sent none (or an unsafe one).
+
+With the plugin carrying the context into vLLM's executor threads, every
+``exif_fallback`` event then names the request it belongs to.
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..middleware import MMObsMiddleware
+from .plugin import register
+
+__all__ = ["Middleware"]
+
+
+class Middleware(MMObsMiddleware):
+    """:class:`~mmobs.middleware.MMObsMiddleware` preset for ``vllm serve --middleware``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        # vLLM's own scrape and health probe are not traffic (its /metrics is not mmobs's endpoint).
+        super().__init__(app, metrics_path=None, skip_paths=("/metrics", "/health"))
+        register()  # normally done by vLLM's plugin loader already; idempotent
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            request_id = self._request_id(scope)
+            key = self._request_id_key
+            scope["headers"] = [(name, value) for name, value in scope["headers"] if name != key]
+            scope["headers"].append((key, request_id.encode("ascii")))
+        await super().__call__(scope, receive, send)

@@ -1,0 +1,264 @@
+"""The vLLM plugin and middleware preset, inside the real vLLM 0.33.
+
+Everything here runs in fresh processes: the plugin changes vLLM's modules
+for a whole process, and vLLM loads plugins once per process. The plugin is
+always loaded by vLLM's own ``load_general_plugins()`` through the installed
+entry point, never imported by hand.
+
+* ``tests/vllm_probe.py`` keys golden and malformed-EXIF inputs through vLLM's
+  own loader and hasher with the plugin on, off and in fast-keys mode, and
+  counts independently (on identical twins) how many EXIF reads vLLM swallows.
+* ``tests/vllm_app.py`` is a front end made of vLLM's own parts (middleware
+  registration, ``/metrics`` route, media connector, renderer executor), served
+  by uvicorn on loopback, single-process and with ``PROMETHEUS_MULTIPROC_DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests import golden
+from tests.support import data_url, free_port, metric_value, require_vllm
+
+ROOT = Path(__file__).resolve().parents[1]
+BAD_JPEG = golden.input_bytes("bad-exif-header.jpg")
+PHOTO_JPEG = golden.input_bytes("photo.jpg")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _vllm() -> None:
+    require_vllm()
+
+
+# -- the probe: vLLM's loader and hasher in one process --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def probe() -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MMOBS_VLLM_", "PROMETHEUS_MULTIPROC"))}
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.vllm_probe"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _by_exception(delta: dict[str, float], metric: str) -> dict[str, float]:
+    totals: Counter[str] = Counter()
+    for series, value in delta.items():
+        if series.startswith(metric + "{"):
+            totals[re.search(r"exception=([^,}]+)", series).group(1)] += value  # type: ignore[union-attr]
+    return dict(totals)
+
+
+def test_vllms_plugin_loader_registers_mmobs(probe: dict[str, Any]) -> None:
+    assert probe["registered"] is True
+    assert probe["unregistered"] is True
+
+
+def test_keys_are_unchanged_by_the_plugin(probe: dict[str, Any]) -> None:
+    """Every key vLLM computes with the plugin is the key it computes without it."""
+    with_plugin = probe["with_plugin"]["result"]["keys"]
+    without = probe["without_plugin"]["result"]["keys"]
+    assert len(without) >= 3 * 2 * 12, "too few keyed inputs to mean anything"
+    assert with_plugin == without
+
+
+def test_fast_keys_mode_keys_exactly_like_vllm(probe: dict[str, Any]) -> None:
+    assert probe["fast_keys"]["result"]["keys"] == probe["without_plugin"]["result"]["keys"]
+
+
+@pytest.mark.parametrize("run", ["with_plugin", "fast_keys"])
+def test_every_swallowed_image_id_read_is_counted_once(probe: dict[str, Any], run: str) -> None:
+    """The fallback counter moves by exactly the reads vLLM swallowed, per exception class."""
+    report = probe[run]
+    raised = report["result"]["image_id_raises"]
+    assert sum(raised.values()) >= 10 and set(raised) == {"SyntaxError", "struct.error"}, raised
+    assert _by_exception(report["delta"], "mmobs_exif_fallback_total") == raised
+    events = [e for e in report["events"] if e["event"] == "exif_fallback"]
+    assert Counter(e["exception"] for e in events) == Counter(raised)
+    assert {e["kind"] for e in events} == {"image", "media_with_bytes"}
+
+
+def test_every_swallowed_transpose_is_counted_once(probe: dict[str, Any]) -> None:
+    report = probe["with_plugin"]
+    raised = report["result"]["transpose_raises"]
+    assert sum(raised.values()) >= 2, raised
+    assert _by_exception(report["delta"], "mmobs_exif_transpose_failures_total") == raised
+
+
+def test_key_sources_and_hash_metrics_are_counted(probe: dict[str, Any]) -> None:
+    delta = probe["with_plugin"]["delta"]
+    keys = probe["with_plugin"]["result"]["keys"]
+    loader_keys = sum(1 for name in keys if "|loader:" in name)
+    plain_keys = len(keys) - loader_keys
+    media = sum(v for k, v in delta.items() if k.startswith("mmobs_media_keys_total{") and "kind=media_with_bytes" in k)
+    images = sum(v for k, v in delta.items() if k.startswith("mmobs_media_keys_total{") and "kind=image" in k)
+    assert (media, images) == (loader_keys, plain_keys)
+    hashes = sum(v for k, v in delta.items() if k.startswith("mmobs_hash_duration_seconds_count{"))
+    assert hashes == len(keys)
+    assert delta["mmobs_hashed_bytes_total{algorithm=sha512}"] > 0
+
+
+def test_vllm_refusals_are_counted_with_a_reason(probe: dict[str, Any]) -> None:
+    refusal = probe["refusal"]
+    assert refusal["result"] == "ValueError"  # vLLM's own answer is unchanged
+    assert refusal["delta"] == {"mmobs_bad_images_total{reason=unidentified}": 1.0}
+
+
+def test_nothing_is_counted_once_unregistered(probe: dict[str, Any]) -> None:
+    assert probe["without_plugin"]["delta"] == {}
+    assert probe["without_plugin"]["events"] == []
+
+
+def test_the_off_switch_keeps_vllm_untouched(probe: dict[str, Any]) -> None:
+    assert probe["env_plugin"] is None
+    assert probe["registered_when_off"] is False
+
+
+def test_a_misshapen_vllm_gets_one_warning_naming_its_version(probe: dict[str, Any]) -> None:
+    assert probe["registered_when_misshapen"] is False
+    (warning,) = probe["misshapen_warnings"]
+    assert "vLLM 0.33.0" in warning and "_get_image_id_bytes" in warning
+
+
+# -- the middleware preset, over HTTP ---------------------------------------------------------
+
+
+class VllmApp:
+    """``uvicorn tests.vllm_app:app`` on a loopback port, output captured to a file."""
+
+    def __init__(self, tmp_path: Path, env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = tmp_path / f"vllm-app-{self.port}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("MMOBS_VLLM_", "PROMETHEUS_MULTIPROC"))}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "tests.vllm_app:app", "--port", str(self.port), "--no-access-log"],
+            cwd=ROOT, env={**clean, **env}, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the vLLM app exited:\n{self.logs()[-4000:]}")
+            try:
+                if httpx.get(self.url + "/metrics", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"the vLLM app did not start in {timeout} s:\n{self.logs()[-4000:]}")
+
+    def render(self, image: bytes, **headers: str) -> httpx.Response:
+        return httpx.post(self.url + "/v1/render", json={"image_url": data_url(image)}, headers=headers, timeout=60)
+
+    def metrics(self) -> str:
+        return httpx.get(self.url + "/metrics", timeout=30).text
+
+    def logs(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def fallback_events(self) -> list[str]:
+        return [line for line in self.logs().splitlines() if "exif_fallback" in line]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def apps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, VllmApp]]:
+    """One single-process app and two sharing a multiprocess metrics directory, started together."""
+    tmp_path = tmp_path_factory.mktemp("vllm-apps")
+    shared = tmp_path / "prometheus-multiproc"
+    shared.mkdir()
+    started = {
+        "single": VllmApp(tmp_path, {}),
+        "worker_a": VllmApp(tmp_path, {"PROMETHEUS_MULTIPROC_DIR": str(shared)}),
+        "worker_b": VllmApp(tmp_path, {"PROMETHEUS_MULTIPROC_DIR": str(shared)}),
+    }
+    try:
+        for app in started.values():
+            app.wait_ready()
+        yield started
+    finally:
+        for app in started.values():
+            app.stop()
+
+
+def test_one_request_id_from_client_to_vllm_to_the_fallback_event(apps: dict[str, VllmApp]) -> None:
+    """The generated id is echoed, is vLLM's own request id, and names the fallback event."""
+    app = apps["single"]
+    response = app.render(BAD_JPEG)
+    assert response.status_code == 200, response.text
+    request_id = response.headers["x-request-id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", request_id)
+    assert response.json()["request_id"] == request_id  # vLLM's _base_request_id saw the same id
+    (event,) = [line for line in app.fallback_events() if f"request_id={request_id}" in line]
+    assert "kind=media_with_bytes" in event and "route=/v1/render" in event
+
+
+def test_a_client_request_id_is_kept_end_to_end(apps: dict[str, VllmApp]) -> None:
+    app = apps["single"]
+    response = app.render(BAD_JPEG, **{"X-Request-ID": "client-7.abc"})
+    assert response.headers["x-request-id"] == "client-7.abc"
+    assert response.json()["request_id"] == "client-7.abc"
+    assert [line for line in app.fallback_events() if "request_id=client-7.abc" in line]
+
+
+def test_mmobs_series_appear_on_vllms_own_metrics_route(apps: dict[str, VllmApp]) -> None:
+    app = apps["single"]
+    before = metric_value(app.metrics(), "mmobs_exif_fallback_total")
+    assert app.render(BAD_JPEG).status_code == 200
+    assert app.render(PHOTO_JPEG).status_code == 200
+    text = app.metrics()
+    assert metric_value(text, "mmobs_exif_fallback_total") == before + 1
+    assert metric_value(text, "mmobs_http_requests_total", {"route": "/v1/render", "status_class": "2xx"}) >= 2
+    assert metric_value(text, "mmobs_hasher_info") == 1
+
+
+def test_multiprocess_series_sum_every_api_server(apps: dict[str, VllmApp]) -> None:
+    """With PROMETHEUS_MULTIPROC_DIR (as --api-server-count sets it) vLLM's /metrics sums both servers."""
+    worker_a, worker_b = apps["worker_a"], apps["worker_b"]
+    before = metric_value(worker_a.metrics(), "mmobs_exif_fallback_total")
+    assert worker_a.render(BAD_JPEG).status_code == 200
+    for _ in range(2):
+        assert worker_b.render(BAD_JPEG).status_code == 200
+    for app in (worker_a, worker_b):
+        text = app.metrics()
+        assert metric_value(text, "mmobs_exif_fallback_total") == before + 3
+        assert metric_value(text, "mmobs_http_requests_total", {"route": "/v1/render"}) >= 3
+
+
+def test_every_format_vllm_opens_is_opened_or_refused_with_a_reason() -> None:
+    """mmobs's default formats and its documented refusals cover vLLM's allow-list exactly."""
+    from vllm.multimodal.image import ALLOWED_IMAGE_FORMATS
+
+    from mmobs.formats import DEFAULT_FORMATS, REFUSED_BY_DEFAULT
+
+    assert set(DEFAULT_FORMATS) <= set(ALLOWED_IMAGE_FORMATS)
+    assert set(DEFAULT_FORMATS).isdisjoint(REFUSED_BY_DEFAULT)
+    assert set(DEFAULT_FORMATS) | set(REFUSED_BY_DEFAULT) == set(ALLOWED_IMAGE_FORMATS)
+    assert all(len(reason) > 20 for reason in REFUSED_BY_DEFAULT.values())
