@@ -71,7 +71,8 @@ class Stats:
 
 
 def _calibrate(fn: Callable[[], object], min_sample: float, clock: Callable[[], float]) -> int:
-    """How many calls make one sample last ``min_sample`` seconds."""
+    """How many calls make one sample last ``min_sample`` seconds (after a first, untimed call: lazy set-up)."""
+    fn()
     started = clock()
     fn()
     once = clock() - started

@@ -181,7 +181,7 @@ class Instrumentation(HashObserver):
         return self.drift is not None and self.drift.samples(media)
 
     def media_keyed(self, event: MediaKeyed) -> None:
-        self.metrics.media_key_child[(event.kind, event.key_source)].inc()
+        self.metrics.count_media_key[(event.kind, event.key_source)](1)
         stats = current_request.get()
         if stats is not None:
             stats.images += 1
@@ -205,8 +205,8 @@ class Instrumentation(HashObserver):
         )
 
     def hashed(self, algorithm: str, seconds: float, nbytes: int) -> None:
-        self.metrics.duration_child[algorithm].observe(seconds)
-        self.metrics.bytes_child[algorithm].inc(nbytes)
+        self.metrics.observe_duration[algorithm](seconds)
+        self.metrics.count_bytes[algorithm](nbytes)
         if self._hasher_info_pending:
             self._hasher_info_pending = False
             set_hasher_info(self.metrics)

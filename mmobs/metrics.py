@@ -15,8 +15,10 @@ Children are cached in dicts so the hot path is a dict lookup and an ``inc``.
 
 from __future__ import annotations
 
+import math
 import struct
-from collections.abc import Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -38,7 +40,10 @@ __all__ = [
     "HasherMetrics",
     "HttpMetrics",
     "MetricSpec",
+    "bulk_capable",
     "exception_label",
+    "fast_inc",
+    "fast_observe",
     "request_exemplar",
 ]
 
@@ -197,6 +202,45 @@ def request_exemplar(request_id: str) -> dict[str, str]:
     return {"request_id": request_id[:_EXEMPLAR_ID_CHARS]}
 
 
+def fast_inc(child: Any) -> Callable[[float], None]:
+    """``child.inc`` without the per-call checks (mode, sign, labels: settled when the child was made).
+
+    The child's own value object is updated, so multiprocess mode stays
+    exact; a prometheus_client without that attribute gets the public method.
+    For children on hot paths (a request, a key): about half the cost.
+    """
+    value = getattr(child, "_value", None)
+    return value.inc if value is not None and callable(getattr(value, "inc", None)) else child.inc  # type: ignore[no-any-return]
+
+
+def bulk_capable(child: Any) -> bool:
+    """Whether a histogram child exposes the value objects (``_upper_bounds``, ``_buckets``, ``_sum``) directly."""
+    bounds, buckets, total = (getattr(child, name, None) for name in ("_upper_bounds", "_buckets", "_sum"))
+    return bool(
+        bounds and buckets and total is not None and len(bounds) == len(buckets) and bounds[-1] == math.inf
+        and all(callable(getattr(value, "inc", None)) for value in (*buckets, total))
+    )  # fmt: skip
+
+
+def fast_observe(child: Any) -> Callable[[float], None]:
+    """``child.observe`` for a histogram child, its bucket found by bisection instead of a Python loop.
+
+    The same sum and bucket value objects are updated (``tests/test_request_metrics.py``
+    holds the result equal to ``observe``).
+    """
+    if not bulk_capable(child):
+        return child.observe  # type: ignore[no-any-return]
+    bounds = child._upper_bounds
+    bucket_incs = [bucket.inc for bucket in child._buckets]
+    sum_inc = child._sum.inc
+
+    def observe(amount: float) -> None:
+        sum_inc(amount)
+        bucket_incs[bisect_left(bounds, amount)](1)
+
+    return observe
+
+
 @lru_cache(maxsize=512)
 def exception_label(error_type: type[BaseException]) -> str:
     """The closed-set label for an exception class (its nearest known base)."""
@@ -239,6 +283,10 @@ class HasherMetrics:
         self.media_key_child = {pair: self.media_keys.labels(*pair) for pair in MEDIA_KEY_SOURCES}
         self.duration_child = {a: self.hash_duration.labels(a) for a in ALGORITHMS}
         self.bytes_child = {a: self.hashed_bytes.labels(a) for a in ALGORITHMS}
+        # What every key updates, bound once (see fast_inc / fast_observe).
+        self.count_media_key = {pair: fast_inc(child) for pair, child in self.media_key_child.items()}
+        self.observe_duration = {a: fast_observe(child) for a, child in self.duration_child.items()}
+        self.count_bytes = {a: fast_inc(child) for a, child in self.bytes_child.items()}
         self.bad_image_child = {r: self.bad_images.labels(r) for r in BAD_IMAGE_REASONS}
         self.drift_child = {k: self.drift.labels(k) for k in DRIFT_KINDS}
         self.drift_sample_child = {k: self.drift_samples.labels(k) for k in DRIFT_KINDS}

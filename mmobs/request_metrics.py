@@ -24,7 +24,6 @@ gets the multiprocess-style writes, which need only the public methods.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from bisect import bisect_left
@@ -35,7 +34,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 
-from .metrics import STATUS_CLASSES, HttpMetrics, request_exemplar
+from .metrics import STATUS_CLASSES, HttpMetrics, bulk_capable, fast_inc, fast_observe, request_exemplar
 
 __all__ = ["EXEMPLAR_INTERVAL_SECONDS", "RequestRecorder", "RouteSeries"]
 
@@ -43,15 +42,6 @@ __all__ = ["EXEMPLAR_INTERVAL_SECONDS", "RequestRecorder", "RouteSeries"]
 #: exemplar a series anyway, and replacing it on every request cost more than the counting.
 EXEMPLAR_INTERVAL_SECONDS = 1.0
 _HISTOGRAMS = ("duration", "time_to_first_byte", "request_size", "response_size")
-
-
-def _bulk_capable(child: Any) -> bool:
-    """Whether a histogram child exposes the value objects bulk updates need."""
-    bounds, buckets, total = (getattr(child, name, None) for name in ("_upper_bounds", "_buckets", "_sum"))
-    return bool(
-        bounds and buckets and total is not None and len(bounds) == len(buckets) and bounds[-1] == math.inf
-        and all(callable(getattr(value, "inc", None)) for value in (*buckets, total))
-    )  # fmt: skip
 
 
 def _set_exemplar(child: Any, request_id: str, timestamp: float) -> None:
@@ -223,34 +213,13 @@ class _DeferredSeries(RouteSeries):
         self._flushed = cells
 
 
-def _adder(child: Any) -> Callable[[float], None]:
-    """``child.inc`` without the per-call checks (mode, sign, labels: settled when the child was made)."""
-    value = getattr(child, "_value", None)
-    return value.inc if value is not None and callable(getattr(value, "inc", None)) else child.inc  # type: ignore[no-any-return]
-
-
-def _observer(child: Any) -> Callable[[float], None]:
-    """``child.observe``, the bucket found by bisection and the same value objects updated."""
-    if not _bulk_capable(child):
-        return child.observe  # type: ignore[no-any-return]
-    bounds = child._upper_bounds
-    bucket_incs = [bucket.inc for bucket in child._buckets]
-    sum_inc = child._sum.inc
-
-    def observe(amount: float) -> None:
-        sum_inc(amount)
-        bucket_incs[bisect_left(bounds, amount)](1)
-
-    return observe
-
-
 class _ImmediateSeries(RouteSeries):
     """Every update written at once (multiprocess mode: another worker's scrape reads the files)."""
 
     def __init__(self, metrics: HttpMetrics, route: str, method: str, exemplars: bool) -> None:
         super().__init__(metrics, route, method, exemplars)
-        self._observe = [_observer(getattr(metrics, name).labels(route, method)) for name in _HISTOGRAMS]
-        self._add_in_progress = _adder(metrics.in_progress.labels(route, method))
+        self._observe = [fast_observe(getattr(metrics, name).labels(route, method)) for name in _HISTOGRAMS]
+        self._add_in_progress = fast_inc(metrics.in_progress.labels(route, method))
         self._request_adders: dict[int, Callable[[float], None]] = {}
 
     def start(self) -> None:
@@ -270,7 +239,7 @@ class _ImmediateSeries(RouteSeries):
         self._add_in_progress(-1)
         add = self._request_adders.get(status_class)
         if add is None:
-            add = self._request_adders[status_class] = _adder(self._request_child(status_class))
+            add = self._request_adders[status_class] = fast_inc(self._request_child(status_class))
         add(1)
         if self._exemplar_due_now(status_class, time.monotonic()):
             _set_exemplar(self._request_child(status_class), request_id, time.time())
@@ -305,7 +274,7 @@ class RequestRecorder(Collector):
     ) -> None:
         self.metrics = HttpMetrics(registry, buckets, register=False)
         # (A probe child would be a series at zero in multiprocess files: probe only in one process.)
-        self.immediate = immediate or not _bulk_capable(self._probe())
+        self.immediate = immediate or not bulk_capable(self._probe())
         self.exemplars = exemplars
         self._series: dict[tuple[str, str], RouteSeries] = {}
         self._lock = threading.Lock()

@@ -18,8 +18,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.registry import RestrictedRegistry
 
-from mmobs.metrics import REQUEST_BUCKETS, SIZE_BUCKETS
-from mmobs.request_metrics import RequestRecorder, _observer
+from mmobs.metrics import REQUEST_BUCKETS, SIZE_BUCKETS, fast_observe
+from mmobs.request_metrics import RequestRecorder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,7 +102,7 @@ def test_bisected_observe_equals_observe(buckets: tuple[float, ...]) -> None:
     registry = CollectorRegistry()
     reference = Histogram("reference_seconds", "", buckets=buckets, registry=registry)
     fast = Histogram("fast_seconds", "", buckets=buckets, registry=registry)
-    observe = _observer(fast)
+    observe = fast_observe(fast)
     assert observe != fast.observe  # the fast path is in use
     amounts = [0.0, *buckets, *(b * 1.0001 for b in buckets), *(b * 0.9999 for b in buckets), 1e12, math.inf]
     for amount in amounts:
