@@ -190,10 +190,12 @@ def _route_stdlib(stream: TextIO, level: int, pre_chain: list[Any], renderer: li
     root.addHandler(handler)
     root.setLevel(level)
     for name in _UVICORN_LOGGERS:
-        # uvicorn's default config gives its loggers text handlers of their own; ours is the root's.
+        # uvicorn's default config gives its loggers text handlers of their own: ours is the root's.
+        # A logger without handlers is left as it is (uvicorn turns its access log off that way).
         uvicorn_logger = logging.getLogger(name)
-        uvicorn_logger.handlers = []
-        uvicorn_logger.propagate = True
+        if uvicorn_logger.handlers:
+            uvicorn_logger.handlers = []
+            uvicorn_logger.propagate = True
 
 
 def _show_warning(
