@@ -87,7 +87,8 @@ def _in_process(cfg: Config, out: harness.Report, factories: dict[str, Any]) -> 
         for _ in range(n):
             await app(dict(scope), receive, send)
 
-    devnull = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    # Left open: loggers cached on first use keep writing to it after this section.
+    devnull = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
     mmobs.configure_logging("json", stream=devnull)
     try:
         built = {name: factory() for name, factory in factories.items()}
@@ -107,7 +108,6 @@ def _in_process(cfg: Config, out: harness.Report, factories: dict[str, Any]) -> 
         structlog.reset_defaults()
         for handler in [h for h in logging.getLogger().handlers if getattr(h, "_mmobs", False)]:
             logging.getLogger().removeHandler(handler)
-        devnull.close()
     rows = []
     for name, s in stats.items():
         added = s.delta / BATCH
