@@ -72,6 +72,15 @@ if TYPE_CHECKING:
     from .instrument import (
         install as install,
     )
+    from .keys import (
+        ImageKey as ImageKey,
+    )
+    from .keys import (
+        key_for_bytes as key_for_bytes,
+    )
+    from .keys import (
+        key_image as key_image,
+    )
     from .logs import add_request_context as add_request_context
     from .logs import configure_logging as configure_logging
     from .media import MediaWithBytes as MediaWithBytes
@@ -84,6 +93,7 @@ _EXPORTS: dict[str, str] = {
     "BadImageError": "errors",
     "DriftTracker": "drift",
     "HashObserver": "events",
+    "ImageKey": "keys",
     "ImageMediaIO": "image_io",
     "Instrumentation": "instrument",
     "InvalidOptionError": "errors",
@@ -97,6 +107,8 @@ _EXPORTS: dict[str, str] = {
     "default_instrumentation": "instrument",
     "get_observer": "events",
     "install": "instrument",
+    "key_for_bytes": "keys",
+    "key_image": "keys",
     "load_data_url": "image_io",
     "normalize_image": "image_io",
     "observing": "events",

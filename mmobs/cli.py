@@ -25,7 +25,8 @@ from .config import CONFIG_ENV, ServiceConfig
 from .errors import BadImageError
 from .events import RecordingObserver, get_observer, observing
 from .hashing import ALGORITHMS, IMAGE_ID_TAG, MultiModalHasher
-from .image_io import ImageMediaIO, pillow_error_reason
+from .image_io import ImageMediaIO, pillow_error_reason, report_bad_image
+from .keys import key_image
 from .logs import configure_logging, safe_text
 
 _ORIENTATION_TAG = 0x0112
@@ -58,6 +59,28 @@ def hash_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
     }
 
 
+def key_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
+    """Key one file from its header, as ``POST /v1/keys`` would; a dict for printing."""
+    size = os.stat(path).st_size
+    if size > io.max_bytes:  # as load_file: refused before reading
+        message = f"the image is {size} bytes, above the limit of {io.max_bytes} bytes"
+        raise report_bad_image(BadImageError("too_large", message))
+    with open(path, "rb") as handle:
+        found = key_image(io, handle.read(io.max_bytes + 1), algorithm)
+    return {
+        "file": path,
+        "mm_hash": found.key,
+        "algorithm": algorithm,
+        "key_source": "original_bytes",
+        "key_path": found.key_path,
+        "decoded_because": found.decoded_because,
+        "format": found.format,
+        "header_mode": found.header_mode,
+        "width": found.size[0],
+        "height": found.size[1],
+    }
+
+
 class _Progress:
     """A one-line progress bar on a terminal; silent elsewhere."""
 
@@ -82,7 +105,7 @@ def cmd_hash(args: argparse.Namespace) -> int:
     progress = _Progress(len(args.files), sys.stderr)
     for done, path in enumerate(args.files, 1):
         try:
-            result = hash_file(path, args.algorithm, io)
+            result = key_file(path, args.algorithm, io) if args.no_decode else hash_file(path, args.algorithm, io)
         except BadImageError as error:
             failures += 1
             _print_failure(args, path, error.reason, error.message)
@@ -92,6 +115,15 @@ def cmd_hash(args: argparse.Namespace) -> int:
         else:
             if args.json:
                 print(json.dumps(result), flush=True)
+            elif args.no_decode:
+                why = f" ({result['decoded_because']})" if result["decoded_because"] else ""
+                print(
+                    f"{result['mm_hash']}  {path}\n"
+                    f"    key_source=original_bytes key_path={result['key_path']}{why}\n"
+                    f"    format={result['format']} header_mode={result['header_mode']} "
+                    f"size={result['width']}x{result['height']}",
+                    flush=True,
+                )
             else:
                 why = f" ({result['exif_error']})" if result["exif_error"] else ""
                 print(
@@ -388,6 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
     hash_parser.add_argument("--algorithm", choices=ALGORITHMS, default="blake3", help="the digest of the key")
     hash_parser.add_argument("--image-mode", type=_image_mode, default="RGB", help="mode the loader converts to")
     hash_parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    hash_parser.add_argument("--no-decode", action="store_true",
+                             help="key from the header, decoding only where it cannot decide (as POST /v1/keys)")
     hash_parser.set_defaults(handler=cmd_hash)
 
     inspect_parser = command("inspect", "explain a file's EXIF on every load path")

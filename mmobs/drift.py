@@ -28,7 +28,7 @@ from typing import Any
 
 from blake3 import blake3
 
-from .hashing import feed_item
+from .hashing import EncodedImage, feed_item
 from .media import is_media_with_bytes
 
 __all__ = ["Drift", "DriftTracker", "original_bytes_item_digest"]
@@ -68,8 +68,8 @@ class DriftTracker:
 
     def samples(self, media: Any) -> bool:
         """Whether this item is tracked. Cheap, and the same answer for the same bytes."""
-        if self._threshold == 0 or not is_media_with_bytes(media):
-            return False
+        if self._threshold == 0 or not (is_media_with_bytes(media) or isinstance(media, EncodedImage)):
+            return False  # EncodedImage: an image keyed from its header (mmobs.keys), the same content
         if self._threshold >= _SCALE:
             return True
         data = media.original_bytes

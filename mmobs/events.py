@@ -32,11 +32,13 @@ if TYPE_CHECKING:
     from .errors import BadImageError
 
 __all__ = [
+    "KEY_PATHS",
     "KEY_SOURCES",
     "MEDIA_KINDS",
     "NULL_OBSERVER",
     "ExifFallback",
     "HashObserver",
+    "KeyPath",
     "KeySource",
     "MediaKeyed",
     "MediaKind",
@@ -49,9 +51,14 @@ __all__ = [
 
 MediaKind = Literal["image", "media_with_bytes", "video"]
 KeySource = Literal["image_id", "pixels", "original_bytes", "frames"]
+#: How :func:`mmobs.keys.key_image` keyed an image: from the header alone, from the
+#: header after decoding because the header could not decide, or by a full decode
+#: because the caller asked for one (``verify="decode"``).
+KeyPath = Literal["header", "header_decoded", "decode"]
 
 MEDIA_KINDS: tuple[str, ...] = get_args(MediaKind)
 KEY_SOURCES: tuple[str, ...] = get_args(KeySource)
+KEY_PATHS: tuple[str, ...] = get_args(KeyPath)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +126,9 @@ class HashObserver:
     def exif_corrupt_warning(self, message: str) -> None:
         """Pillow warned ``Corrupt EXIF data`` (seen where warnings are captured: :mod:`mmobs.logs`)."""
 
+    def key_path(self, key_path: KeyPath) -> None:
+        """The no-decode key path keyed an image by ``key_path``."""
+
 
 class RecordingObserver(HashObserver):
     """Remembers the events of one piece of work and forwards them all to ``inner``.
@@ -136,6 +146,7 @@ class RecordingObserver(HashObserver):
         self.hashed_calls: list[tuple[str, float, int]] = []
         self.bad_images: list[BadImageError] = []
         self.exif_corrupt_warnings: list[str] = []
+        self.key_paths: list[KeyPath] = []
 
     def exif_fallback(self, event: ExifFallback) -> None:
         self.fallbacks.append(event)
@@ -163,6 +174,10 @@ class RecordingObserver(HashObserver):
     def exif_corrupt_warning(self, message: str) -> None:
         self.exif_corrupt_warnings.append(message)
         self.inner.exif_corrupt_warning(message)
+
+    def key_path(self, key_path: KeyPath) -> None:
+        self.key_paths.append(key_path)
+        self.inner.key_path(key_path)
 
 
 NULL_OBSERVER = HashObserver()

@@ -13,7 +13,7 @@ image that vLLM would accept, never the other way round.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_FORMATS", "REFUSED_BY_DEFAULT"]
+__all__ = ["DEFAULT_FORMATS", "REFUSED_BY_DEFAULT", "VLLM_FORMATS"]
 
 #: Formats the loader opens by default. (JPEG covers MPO; AVIF is used where
 #: this Pillow has the plugin.)
@@ -56,3 +56,10 @@ REFUSED_BY_DEFAULT: dict[str, str] = {
     "XPM": _PYTHON_DECODER,
     "XVTHUMB": _RARE,
 }
+
+#: vLLM 0.33's ``ALLOWED_IMAGE_FORMATS``, in its order: Pillow tries formats in
+#: the order given, so a file that two plugins accept (a polyglot) is the
+#: first one's. The loader identifies every file in this order, as vLLM does,
+#: and only then refuses a format it does not open, so that it never keys as
+#: a PNG what vLLM would open as something else.
+VLLM_FORMATS: tuple[str, ...] = tuple(sorted((*DEFAULT_FORMATS, *REFUSED_BY_DEFAULT)))

@@ -54,7 +54,15 @@ from .framing import (
 from .media import is_media_with_bytes
 from .pixels import pixel_chunks
 
-__all__ = ["ALGORITHMS", "IMAGE_ID_TAG", "MultiModalHasher", "UnsupportedTypeWarning", "feed_item", "new_digest"]
+__all__ = [
+    "ALGORITHMS",
+    "IMAGE_ID_TAG",
+    "EncodedImage",
+    "MultiModalHasher",
+    "UnsupportedTypeWarning",
+    "feed_item",
+    "new_digest",
+]
 
 #: EXIF tag 0x800D. vLLM lets a caller pin an image's key by setting it to a ``uuid.UUID``.
 IMAGE_ID_TAG = 0x800D
@@ -373,12 +381,34 @@ def _one_media_with_bytes(digest: _Digest, observer: HashObserver, kwargs: dict[
 
 
 class _SelfWriting:
-    """A leaf only the writer itself creates, which knows how to write itself."""
+    """A leaf only mmobs creates, which knows how to write itself."""
 
     __slots__ = ()
 
     def write(self, writer: _Writer) -> None:
         raise NotImplementedError
+
+
+class EncodedImage(_SelfWriting):
+    """An image known by its encoded bytes: keyed as the media-with-bytes vLLM's loader makes of them.
+
+    That key is ``FR("image")`` and the original bytes, or ``{"io_config",
+    "data"}`` when the loader converted the image; the pixels play no part.
+    The one other branch, an EXIF ImageID that is a ``uuid.UUID``, cannot
+    fire for bytes (Pillow parses a tag into numbers, text or bytes, never a
+    UUID), so the EXIF is not read at all: no exception can be swallowed and
+    no fallback can run. Which ``io_config`` applies is for the caller to
+    know (:mod:`mmobs.keys` reads it from the header).
+    """
+
+    __slots__ = ("io_config", "original_bytes")
+
+    def __init__(self, original_bytes: bytes, io_config: dict[str, Any] | None = None) -> None:
+        self.original_bytes = original_bytes
+        self.io_config = io_config
+
+    def write(self, writer: _Writer) -> None:
+        writer._keyed(self, "media_with_bytes", "original_bytes", None)
 
 
 class _Pixels(_SelfWriting):

@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - exercised where pybase64 is absent
 
 from .errors import BadImageError, BadImageReason, InvalidOptionError
 from .events import TransposeFailure, get_observer
-from .formats import DEFAULT_FORMATS
+from .formats import DEFAULT_FORMATS, VLLM_FORMATS
 from .media import MediaWithBytes
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "DEFAULT_MAX_PIXELS",
     "ImageMediaIO",
     "bad_image_from_pillow",
+    "data_url_bytes",
     "has_transparency",
     "load_data_url",
     "normalize_image",
@@ -208,7 +209,15 @@ class ImageMediaIO:
 
     # -- the pipeline ---------------------------------------------------------
 
-    def _load(self, data: bytes) -> MediaWithBytes[Image.Image]:
+    def open_header(self, data: bytes) -> Image.Image:
+        """Open ``data`` and apply every limit its header decides; decode no pixel.
+
+        The checks of :meth:`load_bytes` that need no pixels: not empty, at
+        most ``max_bytes``, a format in ``formats``, a parsable header, at most
+        ``max_pixels``. Raises :class:`BadImageError` without reporting it
+        (the caller reports it once: :func:`report_bad_image`). The no-decode
+        key path (:mod:`mmobs.keys`) shares it, so both paths refuse alike.
+        """
         if not data:
             raise BadImageError("empty", "the image is empty (0 bytes); send the encoded file")
         if len(data) > self.max_bytes:
@@ -221,30 +230,48 @@ class ImageMediaIO:
                 f"the image is {width}x{height} = {width * height} pixels, above the limit of "
                 f"{self.max_pixels}; resize it before sending",
             )
+        return opened
+
+    def converts(self, mode: str, transparent: bool) -> bool:
+        """Whether loading an image of ``mode`` (with transparency or not) makes a new image.
+
+        vLLM's ``convert_image_mode`` rule, and so whether ``io_config`` joins
+        the key: composite onto the background when going to RGB with
+        transparency, keep the very object when the mode already matches,
+        convert otherwise; ``image_mode=None`` never converts.
+        """
+        target = self.image_mode
+        if target is None:
+            return False
+        return (target == "RGB" and transparent) or mode != target
+
+    @property
+    def io_config(self) -> dict[str, Any]:
+        """The ``io_config`` a converted image carries (and its key includes)."""
+        return {"image_mode": self.image_mode, "rgba_background_color": self.rgba_background_color}
+
+    def _load(self, data: bytes) -> MediaWithBytes[Image.Image]:
+        opened = self.open_header(data)
         _decode(opened)
         image = normalize_image(opened)
         converted = self._convert(image)
         io_config = None
         if converted is not image:
             converted.format = opened.format
-            io_config = {
-                "image_mode": self.image_mode,
-                "rgba_background_color": self.rgba_background_color,
-            }
+            io_config = self.io_config
         return MediaWithBytes(converted, data, io_config)
 
     def _convert(self, image: Image.Image) -> Image.Image:
         mode = self.image_mode
-        if mode is None:
+        transparent = has_transparency(image)
+        if mode is None or not self.converts(image.mode, transparent):
             return image
         try:
-            if mode == "RGB" and has_transparency(image):
+            if mode == "RGB" and transparent:
                 rgba = image if image.mode == "RGBA" else image.convert("RGBA")
                 composited = Image.new("RGB", image.size, self.rgba_background_color)
                 composited.paste(rgba, mask=rgba.getchannel("A"))
                 return composited
-            if image.mode == mode:
-                return image
             return image.convert(mode)
         except MemoryError:
             raise
@@ -268,6 +295,19 @@ def load_data_url(url: str, io: ImageMediaIO | None = None) -> MediaWithBytes[Im
         report_bad_image(error)
         raise
     return io.load_base64(media_type, payload)
+
+
+def data_url_bytes(url: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """The encoded image in a base64 ``data:`` URL, not decoded as an image.
+
+    For callers that key or route by the bytes (:mod:`mmobs.keys`); refusals
+    are :class:`BadImageError` as in :func:`load_data_url`, reported once.
+    """
+    try:
+        return _decode_base64(parse_data_url(url)[1], max_bytes)
+    except BadImageError as error:
+        report_bad_image(error)
+        raise
 
 
 def parse_data_url(url: str) -> tuple[str, str]:
@@ -358,11 +398,17 @@ def _decode_base64(data: str | bytes, max_bytes: int) -> bytes:
 
 
 def _open(data: bytes, formats: tuple[str, ...] | None) -> Image.Image:
-    """Parse the header only. Pillow reads no pixels here."""
+    """Parse the header only. Pillow reads no pixels here.
+
+    The file is identified in vLLM's format order first (see
+    :data:`~mmobs.formats.VLLM_FORMATS`), then refused if its format is not
+    one of ``formats``: a polyglot gets vLLM's reading or a refusal, never a
+    reading of its own.
+    """
+    accepted = ", ".join(formats) if formats else "any format Pillow reads"
     try:
-        return Image.open(BytesIO(data), formats=formats)
+        image = Image.open(BytesIO(data), formats=_identification_order(formats))
     except UnidentifiedImageError:
-        accepted = ", ".join(formats) if formats else "any format Pillow reads"
         raise BadImageError(
             "unidentified", f"the bytes are not an image in an accepted format ({accepted})"
         ) from None
@@ -370,6 +416,20 @@ def _open(data: bytes, formats: tuple[str, ...] | None) -> Image.Image:
         raise
     except Exception as error:  # noqa: BLE001 - SyntaxError, struct.error, ValueError, bomb warnings...
         raise bad_image_from_pillow(error, "image header") from None
+    found = "JPEG" if image.format == "MPO" else image.format
+    if formats is not None and found not in formats:
+        raise BadImageError(
+            "unsupported_format",
+            f"the bytes are a {image.format} image, a format this server does not open; send one of {accepted}",
+        )
+    return image
+
+
+def _identification_order(formats: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """vLLM's formats in vLLM's order, then any other format the caller allows."""
+    if formats is None:
+        return None
+    return (*(f for f in VLLM_FORMATS if f in Image.OPEN), *(f for f in formats if f not in VLLM_FORMATS))
 
 
 def _decode(image: Image.Image) -> None:

@@ -33,6 +33,7 @@ from .errors import BadImageError
 from .events import (
     ExifFallback,
     HashObserver,
+    KeyPath,
     MediaKeyed,
     MediaKind,
     TransposeFailure,
@@ -222,6 +223,9 @@ class Instrumentation(HashObserver):
     def exif_corrupt_warning(self, message: str) -> None:
         # The warning itself is logged where it was captured; this only counts it.
         self.metrics.exif_corrupt_warnings.inc()
+
+    def key_path(self, key_path: KeyPath) -> None:
+        self.metrics.key_path_child[key_path].inc()
 
 
 _default: Instrumentation | None = None

@@ -26,6 +26,7 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from .errors import BAD_IMAGE_REASONS
+from .events import KEY_PATHS
 from .hashing import ALGORITHMS
 
 __all__ = [
@@ -148,6 +149,12 @@ HASHER_METRICS: tuple[MetricSpec, ...] = (
         "inputs: replicas that would key an image differently disagree on it.",
         ("fingerprint", "mmobs", "pillow", "numpy"), {"multiprocess_mode": "max"},
     ),
+    MetricSpec(
+        "key_paths", Counter, "mmobs_key_paths_total",
+        "Images keyed from their bytes (key_for_bytes, POST /v1/keys), by path: header (no pixel decoded), "
+        "header_decoded (the header could not decide; decoded), decode (the caller asked for a decode).",
+        ("key_path",),
+    ),
 )  # fmt: skip
 
 HTTP_METRICS: tuple[MetricSpec, ...] = (
@@ -269,6 +276,7 @@ class HasherMetrics:
     drift_samples: Counter
     exif_corrupt_warnings: Counter
     hasher_info: Gauge
+    key_paths: Counter
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry = REGISTRY if registry is None else registry
@@ -290,6 +298,7 @@ class HasherMetrics:
         self.bad_image_child = {r: self.bad_images.labels(r) for r in BAD_IMAGE_REASONS}
         self.drift_child = {k: self.drift.labels(k) for k in DRIFT_KINDS}
         self.drift_sample_child = {k: self.drift_samples.labels(k) for k in DRIFT_KINDS}
+        self.key_path_child = {p: self.key_paths.labels(p) for p in KEY_PATHS}
 
 
 class HttpMetrics:

@@ -7,6 +7,11 @@ raw ``image/*`` body, and answers every malformed input with a 4xx JSON error
 ``hash_kwargs(algorithm, image=media)``; optional ``model_id`` and
 ``mm_processor_kwargs`` are added to the key only when given.
 
+``POST /v1/keys`` takes the same requests and answers the same keys without
+decoding pixels where the header decides (:mod:`mmobs.keys`): the call a
+cache-aware router makes per image. Its ``verify`` option (``header``, the
+default, or ``decode``) is :func:`mmobs.keys.key_image`'s.
+
 Run it with ``mmobs serve``; with ``--workers`` above 1 the CLI sets up
 prometheus_client's multiprocess mode so ``/metrics`` sums every worker.
 """
@@ -17,7 +22,7 @@ import json
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from PIL import Image
 from starlette.applications import Starlette
@@ -40,9 +45,11 @@ from .hashing import ALGORITHMS, MultiModalHasher
 from .http_errors import error_body
 from .image_io import (
     ImageMediaIO,
+    data_url_bytes,
     load_data_url,
     report_bad_image,
 )
+from .keys import VERIFY_MODES, Verify, key_image
 from .logs import configure_logging
 from .media import MediaWithBytes
 from .middleware import MMObsMiddleware
@@ -69,6 +76,7 @@ class _HashJob:
     io: ImageMediaIO
     extras: dict[str, Any]
     sources: list[tuple[str, str | bytes]]  # (param, data URL / remote URL / raw bytes)
+    verify: Verify = "header"  # /v1/keys only
 
 
 class HashService:
@@ -97,6 +105,19 @@ class HashService:
             # Nobody is left to answer; a client fault, never a server error.
             return _error_response(RequestError(400, "client_disconnected", "the client left before sending the whole body"))
         items = await run_in_threadpool(self._hash_all, job)
+        return JSONResponse({"algorithm": job.algorithm, "items": items})
+
+    async def keys(self, request: Request) -> Response:
+        """``POST /v1/keys``: the requests of ``/v1/hash``, answered with keys read from the headers."""
+        try:
+            request = Request(request.scope, _limited(request.receive, self.config.max_body_bytes))
+            job = await self._parse(request)
+        except RequestError as error:
+            return _error_response(error)
+        except ClientDisconnect:
+            message = "the client left before sending the whole body"
+            return _error_response(RequestError(400, "client_disconnected", message))
+        items = await run_in_threadpool(self._key_all, job)
         return JSONResponse({"algorithm": job.algorithm, "items": items})
 
     async def healthz(self, request: Request) -> Response:
@@ -194,6 +215,9 @@ class HashService:
             )
         except InvalidOptionError as error:
             raise RequestError(400, "invalid_option", error.message[:300], error.param) from None
+        verify = options.get("verify", "header")
+        if verify not in VERIFY_MODES:
+            raise RequestError(400, "invalid_option", f"verify must be one of {', '.join(VERIFY_MODES)}", "verify")
         extras: dict[str, Any] = {}
         if "model_id" in options:
             model_id = options["model_id"]
@@ -212,7 +236,7 @@ class HashService:
                     "mm_processor_kwargs",
                 )
             extras["mm_processor_kwargs"] = kwargs
-        return _HashJob(algorithm, io, extras, sources)
+        return _HashJob(algorithm, io, extras, sources, cast(Verify, verify))
 
     # -- hashing (in a worker thread) ---------------------------------------------
 
@@ -238,6 +262,38 @@ class HashService:
             "height": image.height,
             "mode": image.mode,
         }
+
+    def _key_all(self, job: _HashJob) -> list[dict[str, Any]]:
+        return [self._key_one(job, index, param, source) for index, (param, source) in enumerate(job.sources)]
+
+    def _key_one(self, job: _HashJob, index: int, param: str, source: str | bytes) -> dict[str, Any]:
+        try:
+            found = key_image(job.io, self._bytes(job.io, source), job.algorithm, verify=job.verify, **job.extras)
+        except BadImageError as error:
+            error.with_param(param)
+            raise
+        width, height = found.size
+        return {
+            "index": index,
+            "mm_hash": found.key,
+            "key_source": "original_bytes",
+            "key_path": found.key_path,
+            "format": found.format,
+            "width": width,
+            "height": height,
+        }
+
+    def _bytes(self, io: ImageMediaIO, source: str | bytes) -> bytes:
+        """The encoded image a source names (a data URL, an allowed remote URL, or the bytes)."""
+        if isinstance(source, bytes):
+            return source
+        if self.fetcher is not None and source[:8].lower().startswith(("http://", "https://")):
+            try:
+                return self.fetcher.fetch(source)
+            except BadImageError as error:
+                report_bad_image(error)
+                raise
+        return data_url_bytes(source, io.max_bytes)
 
     def _load(self, io: ImageMediaIO, source: str | bytes) -> MediaWithBytes:
         if isinstance(source, bytes):
@@ -372,6 +428,7 @@ def create_app(config: ServiceConfig | None = None) -> Starlette:
     app = Starlette(
         routes=[
             Route("/v1/hash", service.hash, methods=["POST"]),
+            Route("/v1/keys", service.keys, methods=["POST"]),
             Route("/healthz", service.healthz, methods=["GET"]),
         ],
         middleware=[

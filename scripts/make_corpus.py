@@ -659,12 +659,20 @@ def _image_cases() -> list[Case]:
     add("html.html", b"<!doctype html><html><body><img src=x></body></html>", bad("unidentified"), "an HTML page")
     add("svg.svg", b'<svg xmlns="http://www.w3.org/2000/svg" width="40000" height="40000"/>', bad("unidentified"), "SVG is not decoded")
     add("one-byte.bin", b"\xff", bad("unidentified"), "a single byte")
+    add("format-tga.tga", _tga_bytes(), bad("unsupported_format"),
+        "a TGA image: vLLM opens it, mmobs's default formats do not")
     add("jpeg-soi-only.jpg", b"\xff\xd8", _extra("jpeg-soi-only.jpg"), "just a JPEG SOI marker")
     add("png-signature-only.png", PNG_SIGNATURE, _extra("png-signature-only.png"), "just the PNG signature", "PNG")
     add("riff-webp-empty.webp", b"RIFF\x04\x00\x00\x00WEBP", bad("unidentified"), "a RIFF header and nothing else", "WEBP")
     add("png-garbage-idat.png", PNG_SIGNATURE + png_chunk(b"IHDR", struct.pack(">IIBBBBB", 16, 16, 8, 2, 0, 0, 0))
         + png_chunk(b"IDAT", b"\x00 not a zlib stream") + png_chunk(b"IEND", b""), bad("corrupt"), "an IDAT that is not zlib", "PNG")
     return cases
+
+
+def _tga_bytes() -> bytes:
+    buffer = io.BytesIO()
+    noisy((8, 6)).save(buffer, "TGA")
+    return buffer.getvalue()
 
 
 def _mode_image(mode: str) -> Image.Image:

@@ -103,6 +103,12 @@ REFUSALS: list[Any] = [
         id="unidentified-data-url",
     ),
     pytest.param(
+        "unsupported_format",
+        "TGA",
+        lambda t: ImageMediaIO().load_bytes(encode(Image.new("RGB", (4, 3)), "TGA")),
+        id="unsupported-format",
+    ),
+    pytest.param(
         "truncated",
         "ends early",
         lambda t: ImageMediaIO().load_bytes(jpeg_bytes()[: len(jpeg_bytes()) // 2]),
@@ -659,13 +665,14 @@ def test_loader_reports_the_tolerated_transpose_once(record: Any) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["PCX", "TGA", "PPM", "ICO", "SGI"])
-def test_formats_outside_the_allow_list_are_unidentified(fmt: str) -> None:
-    """Decoders clients do not need (some run external programs: EPS) are not reached by default."""
+def test_formats_outside_the_allow_list_are_refused_by_name(fmt: str) -> None:
+    """Decoders clients do not need are not reached by default; the refusal names the format found."""
     data = encode(noisy_image("RGB", (8, 8)), fmt)
     with pytest.raises(BadImageError) as caught:
         ImageMediaIO().load_bytes(data)
-    assert caught.value.reason == "unidentified"
-    assert "accepted format (JPEG, PNG, WEBP, GIF, BMP, TIFF" in caught.value.message
+    assert caught.value.reason == "unsupported_format"
+    assert f"a {fmt} image" in caught.value.message
+    assert "send one of JPEG, PNG, WEBP, GIF, BMP, TIFF" in caught.value.message
     assert ImageMediaIO(formats=None).load_bytes(data).media.size == (8, 8)
     assert ImageMediaIO(formats=[fmt.lower()]).load_bytes(data).media.size == (8, 8)
 
@@ -674,3 +681,19 @@ def test_formats_outside_the_allow_list_are_unidentified(fmt: str) -> None:
 def test_bad_format_lists_are_refused_at_construction(formats: object) -> None:
     with pytest.raises(ValueError, match="format"):
         ImageMediaIO(formats=formats)  # type: ignore[arg-type]
+
+
+def test_a_polyglot_is_identified_in_vllms_order_then_refused() -> None:
+    """A PNG that the PCD plugin also accepts is a PCD file to vLLM (PCD comes first in its list).
+
+    Keyed as a PNG it would get a key vLLM never computes; mmobs refuses it as
+    the PCD image it is, and opens it as vLLM does when PCD is allowed.
+    """
+    data = bytearray(png_bytes("RGBA", size=(64, 64)))
+    data += b"\x00" * max(0, 2048 + 8 - len(data))
+    data[2048:2055] = b"PCD_IPI"
+    polyglot = bytes(data)
+    with pytest.raises(BadImageError) as refused:
+        ImageMediaIO().load_bytes(polyglot)
+    assert refused.value.reason == "unsupported_format" and "PCD" in refused.value.message
+    assert ImageMediaIO(formats=("PCD", "PNG")).open_header(polyglot).format == "PCD"

@@ -51,6 +51,7 @@ from PIL import Image, ImagePalette
 
 from mmobs import BadImageError, ImageMediaIO, MediaWithBytes, MultiModalHasher
 from mmobs.image_io import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS
+from mmobs.formats import REFUSED_BY_DEFAULT, VLLM_FORMATS
 
 from . import golden
 from .vllm_oracle import (
@@ -274,11 +275,11 @@ KNOWN_LOADER_DIFFERENCES: dict[str, LoaderDifference] = {
     ),
 }
 # Known divergence (d): vLLM opens every format of its ALLOWED_IMAGE_FORMATS; mmobs's default
-# allow-list (DEFAULT_FORMATS) is smaller and refuses the others as unidentified. Each entry
+# allow-list (DEFAULT_FORMATS) is smaller and refuses the others as unsupported_format. Each entry
 # goes once mmobs's default follows vLLM for that format (the test then says so).
 for _fmt in ("DIB", "ICO", "IM", "MSP", "PCX", "PPM", "QOI", "SGI", "SPIDER", "TGA", "XBM", "DDS", "ICNS", "JPEG2000"):
     KNOWN_LOADER_DIFFERENCES[f"extra:fmt-{_fmt.lower()}"] = LoaderDifference(
-        "vllm", "unidentified", f"(d): vLLM's allow-list opens {_fmt}, mmobs's default does not"
+        "vllm", "unsupported_format", f"(d): vLLM's allow-list opens {_fmt}, mmobs's default does not"
     )
 
 #: "<input>:<path>" -> why vLLM has no deterministic key for it. Empty today: vLLM keys every
@@ -373,7 +374,7 @@ def test_loader(oracle: Oracle, name: str, loader: str) -> None:
         assert isinstance(mmobs_result, BadImageError), f"mmobs's loader may only raise BadImageError: {mmobs_result!r}"
     outcomes = f"vLLM {_describe(vllm_result)}; mmobs {_describe(mmobs_result)}"
 
-    known = KNOWN_LOADER_DIFFERENCES.get(name)
+    known = KNOWN_LOADER_DIFFERENCES.get(name) or _refused_format_difference(data, vllm_result, mmobs_result)
     if known is not None:
         assert (vllm_refused, mmobs_refused) == (known.accepted_by == "mmobs", known.accepted_by == "vllm"), (
             f"listed as accepted only by {known.accepted_by}, but {outcomes}"
@@ -400,6 +401,16 @@ def test_loader(oracle: Oracle, name: str, loader: str) -> None:
         },
         context=outcomes,
     )
+
+
+def _refused_format_difference(data: bytes, vllm_result: Any, mmobs_result: Any) -> LoaderDifference | None:
+    """Divergence (d) for any input: vLLM opened a format that mmobs refuses by default, by name."""
+    if isinstance(vllm_result, Exception) or not isinstance(mmobs_result, BadImageError):
+        return None
+    found = Image.open(io.BytesIO(data), formats=VLLM_FORMATS).format
+    if mmobs_result.reason != "unsupported_format" or found not in REFUSED_BY_DEFAULT:
+        return None
+    return LoaderDifference("vllm", "unsupported_format", f"(d): {found}: {REFUSED_BY_DEFAULT[found]}")
 
 
 def test_known_loader_differences_name_real_inputs(oracle: Oracle) -> None:

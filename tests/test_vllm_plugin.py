@@ -262,3 +262,12 @@ def test_every_format_vllm_opens_is_opened_or_refused_with_a_reason() -> None:
     assert set(DEFAULT_FORMATS).isdisjoint(REFUSED_BY_DEFAULT)
     assert set(DEFAULT_FORMATS) | set(REFUSED_BY_DEFAULT) == set(ALLOWED_IMAGE_FORMATS)
     assert all(len(reason) > 20 for reason in REFUSED_BY_DEFAULT.values())
+
+
+def test_mmobs_identifies_formats_in_vllms_order() -> None:
+    """Polyglots are read as vLLM reads them: the same formats, in the same order."""
+    from vllm.multimodal.image import ALLOWED_IMAGE_FORMATS
+
+    from mmobs.formats import VLLM_FORMATS
+
+    assert VLLM_FORMATS == ALLOWED_IMAGE_FORMATS

@@ -100,6 +100,16 @@ def key_sources(query: QueryStyle) -> list[dict[str, Any]]:
             [target(share, legend="{{kind}} / {{key_source}}")],
             max_value=1,
         ),
+        timeseries(
+            "Images keyed by path",
+            "Images keyed per second by how the key was computed: decode (the full loader), header (the no-decode "
+            "path of /v1/keys and key_for_bytes) or header_decoded (the no-decode path had to decode, for a format "
+            "or a PNG whose mode only decoding reveals). A growing header_decoded share means unusual inputs, for "
+            "example crafted PNGs, and costs decode time on the key-only path.",
+            "ops",
+            [target(query.sum_rate(metrics.KEY_PATHS, by=["key_path"]), legend="{{key_path}}")],
+            stack=True,
+        ),
     ]
 
 

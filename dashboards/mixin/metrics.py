@@ -22,12 +22,13 @@ HTTP_REQUESTS = "mmobs_http_requests_total"
 HTTP_REQUEST_DURATION = "mmobs_http_request_duration_seconds"
 HTTP_IMAGE_REQUESTS = "mmobs_http_image_requests_total"
 HTTP_FALLBACK_REQUESTS = "mmobs_http_exif_fallback_requests_total"
+KEY_PATHS = "mmobs_key_paths_total"
 
 MMOBS_METRICS: frozenset[str] = frozenset(
     {
         EXIF_FALLBACKS, TRANSPOSE_FAILURES, MEDIA_KEYS, HASH_DURATION, HASHED_BYTES, BAD_IMAGES, DRIFT,
         DRIFT_SAMPLES, HASHER_INFO, HTTP_REQUESTS, HTTP_REQUEST_DURATION, HTTP_IMAGE_REQUESTS,
-        HTTP_FALLBACK_REQUESTS,
+        HTTP_FALLBACK_REQUESTS, KEY_PATHS,
     }
 )
 
