@@ -140,6 +140,8 @@ _MULTIPROCESS = textwrap.dedent(
         os._exit(0)
     registry = scrape_registry()
     labels = {"route": "/ping", "method": "GET"}
+    from prometheus_client.openmetrics.exposition import generate_latest
+    assert b" # {" not in generate_latest(registry)  # no exemplars in multiprocess mode
     print(registry.get_sample_value("mmobs_http_requests_total", {**labels, "status_class": "2xx"}),
           registry.get_sample_value("mmobs_http_requests_in_progress", labels),
           registry.get_sample_value("mmobs_http_request_duration_seconds_count", labels))
