@@ -42,6 +42,8 @@ if TYPE_CHECKING:
         set_observer as set_observer,
     )
     from .fingerprint import compute_fingerprint as compute_fingerprint
+    from .guard import DecodeLimits as DecodeLimits
+    from .guard import check_image_bytes as check_image_bytes
     from .hashing import (
         ALGORITHMS as ALGORITHMS,
     )
@@ -91,6 +93,7 @@ _EXPORTS: dict[str, str] = {
     "ALGORITHMS": "hashing",
     "BAD_IMAGE_REASONS": "errors",
     "BadImageError": "errors",
+    "DecodeLimits": "guard",
     "DriftTracker": "drift",
     "HashObserver": "events",
     "ImageKey": "keys",
@@ -102,6 +105,7 @@ _EXPORTS: dict[str, str] = {
     "MultiModalHasher": "hashing",
     "UnsupportedTypeWarning": "hashing",
     "add_request_context": "logs",
+    "check_image_bytes": "guard",
     "compute_fingerprint": "fingerprint",
     "configure_logging": "logs",
     "default_instrumentation": "instrument",

@@ -21,6 +21,7 @@ BadImageReason = Literal[
     "truncated",
     "corrupt",
     "too_many_pixels",
+    "too_costly",
     "unsupported_mode",
     "bad_base64",
     "bad_data_url",
@@ -36,6 +37,10 @@ _MEANINGS: dict[BadImageReason, str] = {
     "truncated": "the image data ends before the image does",
     "corrupt": "the image data is damaged and cannot be decoded",
     "too_many_pixels": "width x height exceeds the configured pixel limit",
+    "too_costly": (
+        "the file's structure would cost far more to decode than a plain image of its size "
+        "(metadata floods, repeated scans, oversized tiles or canvases); the message names what to change"
+    ),
     "unsupported_mode": "the image cannot be converted to the requested mode",
     "bad_base64": "the base64 payload is not valid base64",
     "bad_data_url": "the data: URL is malformed or not base64-encoded",

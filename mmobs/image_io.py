@@ -17,6 +17,15 @@ classifies Pillow's errors); no ``OSError``, ``SyntaxError``, ``struct.error``
 or ``DecompressionBombError`` escapes. Pixel bombs are refused from the header,
 before Pillow allocates the pixel buffer. A ``MemoryError`` is the server's
 shortage, not the client's fault, so it propagates.
+
+Before Pillow sees the bytes, :func:`mmobs.guard.check_image_bytes` walks the
+container's structure against the loader's :class:`~mmobs.guard.DecodeLimits`
+(metadata floods, repeated scans, oversized tiles and canvases refused as
+``too_costly``): Pillow parses JPEG and PNG metadata and allocates WebP
+canvases already in ``Image.open``, so a check after opening would come too
+late. ``max_pixels`` is the only pixel limit: while the loader decodes,
+Pillow's own bomb check applies it instead of ``Image.MAX_IMAGE_PIXELS``
+(:mod:`mmobs.pixel_limit`), so no Pillow limit or warning gets in its way.
 """
 
 from __future__ import annotations
@@ -37,7 +46,9 @@ except ImportError:  # pragma: no cover - exercised where pybase64 is absent
 from .errors import BadImageError, BadImageReason, InvalidOptionError
 from .events import TransposeFailure, get_observer
 from .formats import DEFAULT_FORMATS, VLLM_FORMATS
+from .guard import DEFAULT_DECODE_LIMITS, DecodeLimits, check_image_bytes, sniff_format
 from .media import MediaWithBytes
+from .pixel_limit import PixelLimitExceeded, pixel_limit
 
 __all__ = [
     "DEFAULT_FORMATS",
@@ -148,7 +159,10 @@ class ImageMediaIO:
 
     ``image_mode=None`` keeps the decoded mode. ``max_pixels`` and
     ``max_bytes`` bound what one image may cost; both are checked before the
-    pixel buffer is allocated.
+    pixel buffer is allocated, and ``max_pixels`` is the only pixel limit
+    (above or below Pillow's ``MAX_IMAGE_PIXELS``). ``decode_limits`` bounds
+    what the file's structure may cost before Pillow decodes it (see
+    :class:`~mmobs.guard.DecodeLimits`); ``None`` turns those checks off.
     """
 
     def __init__(
@@ -159,6 +173,7 @@ class ImageMediaIO:
         max_pixels: int = DEFAULT_MAX_PIXELS,
         max_bytes: int = DEFAULT_MAX_BYTES,
         formats: Sequence[str] | None = DEFAULT_FORMATS,
+        decode_limits: DecodeLimits | None = DEFAULT_DECODE_LIMITS,
     ) -> None:
         if image_mode is not None and (not isinstance(image_mode, str) or image_mode not in _ALL_MODES):
             raise InvalidOptionError(
@@ -172,12 +187,18 @@ class ImageMediaIO:
         self.max_pixels = max_pixels
         self.max_bytes = max_bytes
         self.formats = _validate_formats(formats)
+        if decode_limits is not None and not isinstance(decode_limits, DecodeLimits):
+            raise InvalidOptionError(
+                "decode_limits", f"decode_limits must be a mmobs.guard.DecodeLimits or None, not {decode_limits!r}"
+            )
+        self.decode_limits = decode_limits
 
     def __repr__(self) -> str:
         return (
             f"ImageMediaIO(image_mode={self.image_mode!r}, "
             f"rgba_background_color={self.rgba_background_color!r}, "
-            f"max_pixels={self.max_pixels}, max_bytes={self.max_bytes}, formats={self.formats!r})"
+            f"max_pixels={self.max_pixels}, max_bytes={self.max_bytes}, formats={self.formats!r}, "
+            f"decode_limits={self.decode_limits!r})"
         )
 
     # -- entry points ---------------------------------------------------------
@@ -185,7 +206,8 @@ class ImageMediaIO:
     def load_bytes(self, data: bytes | bytearray | memoryview) -> MediaWithBytes[Image.Image]:
         """Decode encoded image bytes; ``BadImageError`` if they are not an image."""
         try:
-            return self._load(bytes(data))
+            with pixel_limit(self.max_pixels):
+                return self._load(bytes(data))
         except BadImageError as error:
             report_bad_image(error)
             raise
@@ -213,8 +235,8 @@ class ImageMediaIO:
         """Open ``data`` and apply every limit its header decides; decode no pixel.
 
         The checks of :meth:`load_bytes` that need no pixels: not empty, at
-        most ``max_bytes``, a format in ``formats``, a parsable header, at most
-        ``max_pixels``. Raises :class:`BadImageError` without reporting it
+        most ``max_bytes``, a structure within ``decode_limits``, a format in
+        ``formats``, a parsable header, at most ``max_pixels``. Raises :class:`BadImageError` without reporting it
         (the caller reports it once: :func:`report_bad_image`). The no-decode
         key path (:mod:`mmobs.keys`) shares it, so both paths refuse alike.
         """
@@ -222,7 +244,10 @@ class ImageMediaIO:
             raise BadImageError("empty", "the image is empty (0 bytes); send the encoded file")
         if len(data) > self.max_bytes:
             raise _too_large(len(data), self.max_bytes)
-        opened = _open(data, self.formats)
+        if self.decode_limits is not None and (self.formats is None or sniff_format(data) in self.formats):
+            check_image_bytes(data, self.decode_limits, max_pixels=self.max_pixels)
+        with pixel_limit(self.max_pixels):
+            opened = _open(data, self.formats)
         width, height = opened.size
         if width * height > self.max_pixels:
             raise BadImageError(
@@ -254,6 +279,8 @@ class ImageMediaIO:
         opened = self.open_header(data)
         _decode(opened)
         image = normalize_image(opened)
+        if image is not opened:  # the transpose returned a copy: free the decoded original before converting
+            opened.close()
         converted = self._convert(image)
         io_config = None
         if converted is not image:
@@ -412,6 +439,8 @@ def _open(data: bytes, formats: tuple[str, ...] | None) -> Image.Image:
         raise BadImageError(
             "unidentified", f"the bytes are not an image in an accepted format ({accepted})"
         ) from None
+    except PixelLimitExceeded as error:
+        raise BadImageError("too_many_pixels", str(error)) from None
     except MemoryError:
         raise
     except Exception as error:  # noqa: BLE001 - SyntaxError, struct.error, ValueError, bomb warnings...
@@ -435,6 +464,8 @@ def _identification_order(formats: tuple[str, ...] | None) -> tuple[str, ...] | 
 def _decode(image: Image.Image) -> None:
     try:
         image.load()
+    except PixelLimitExceeded as error:  # a size met while decoding (a TIFF tile, a GIF frame)
+        raise BadImageError("too_many_pixels", str(error)) from None
     except MemoryError:
         raise
     except Exception as error:  # noqa: BLE001 - OSError, SyntaxError, struct.error...

@@ -1,4 +1,4 @@
-"""The bad-input corpus (``scripts/make_corpus.py``) against a real ``mmobs serve``.
+"""The bad-input corpus (``scripts/corpus``) against a real ``mmobs serve``.
 
 One service process for the module. Every case goes over HTTP (images as data
 URLs in ``{"images": [...]}``, URLs as they are, raw requests byte for byte)
@@ -17,13 +17,11 @@ fallback key (the original bytes), so the fallback can never change it.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import select
 import socket
 import struct
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +41,7 @@ from mmobs.image_io import ImageMediaIO
 from mmobs.instrument import Instrumentation
 from mmobs.media import MediaWithBytes
 from mmobs.metrics import EXCEPTION_LABELS, exception_label
+from scripts import corpus as make_corpus
 from tests.support import ServiceProcess, data_url, metric_value
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,18 +52,6 @@ pytestmark = [
 ]
 
 
-def _load_make_corpus() -> Any:
-    if "make_corpus" in sys.modules:  # tests/test_fuzz.py (or scripts/fuzz.py) loaded it
-        return sys.modules["make_corpus"]
-    spec = importlib.util.spec_from_file_location("make_corpus", ROOT / "scripts" / "make_corpus.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_corpus"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-make_corpus = _load_make_corpus()
 CASES = make_corpus.build_corpus()
 IMAGE_CASES = [case for case in CASES if case.kind == "image"]
 FALLBACK = "mmobs_exif_fallback_total"

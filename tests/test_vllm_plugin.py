@@ -114,7 +114,7 @@ def test_key_sources_and_hash_metrics_are_counted(probe: dict[str, Any]) -> None
 
 def test_vllm_refusals_are_counted_with_a_reason(probe: dict[str, Any]) -> None:
     refusal = probe["refusal"]
-    assert refusal["result"] == "ValueError"  # vLLM's own answer is unchanged
+    assert refusal["result"] == "ValueError (ValueError)"  # vLLM's own answer is unchanged
     assert refusal["delta"] == {"mmobs_bad_images_total{reason=unidentified}": 1.0}
 
 
@@ -271,3 +271,21 @@ def test_mmobs_identifies_formats_in_vllms_order() -> None:
     from mmobs.formats import VLLM_FORMATS
 
     assert VLLM_FORMATS == ALLOWED_IMAGE_FORMATS
+
+
+def test_without_the_guard_vllm_pays_for_costly_inputs_and_lets_a_bomb_escape(probe: dict[str, Any]) -> None:
+    """The baseline the guard improves on: vLLM decodes the flood, and the bomb is not a ValueError (a 500)."""
+    assert probe["unguarded"]["result"] == {"exif-segment-flood": "accepted", "bomb": "DecompressionBombError"}
+
+
+def test_the_guard_refuses_costly_inputs_as_the_value_error_vllm_answers_with_400(probe: dict[str, Any]) -> None:
+    guarded = probe["guarded"]
+    assert guarded["result"] == {"exif-segment-flood": "BadImageError (ValueError)", "bomb": "BadImageError (ValueError)"}
+    assert guarded["delta"] == {
+        "mmobs_bad_images_total{reason=too_costly}": 1.0,
+        "mmobs_bad_images_total{reason=too_many_pixels}": 1.0,
+    }
+
+
+def test_the_guard_leaves_every_accepted_key_unchanged(probe: dict[str, Any]) -> None:
+    assert probe["guarded_keys"]["result"]["keys"] == probe["without_plugin"]["result"]["keys"]

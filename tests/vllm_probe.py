@@ -139,13 +139,24 @@ def run(step: Callable[[], Any]) -> dict[str, Any]:
 
 
 def refuse(data: bytes) -> str:
+    """What vLLM's loader does with ``data``: "accepted", or the exception class it raises,
+    marked "(ValueError)" when vLLM's API server would answer it with a 400."""
     from vllm.multimodal.media.image import ImageMediaIO
 
     try:
         ImageMediaIO().load_bytes(data)
-    except ValueError as error:
-        return type(error).__name__
+    except Exception as error:  # noqa: BLE001 - which exception vLLM raises is the observation
+        return type(error).__name__ + (" (ValueError)" if isinstance(error, ValueError) else "")
     return "accepted"
+
+
+def guard_inputs() -> dict[str, bytes]:
+    """A costly input the guard refuses, and a pixel bomb vLLM itself lets escape as a 500."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from corpus.costly import jpeg_exif_segment_flood
+    from corpus.headers import png_with_size
+
+    return {"exif-segment-flood": jpeg_exif_segment_flood(64 * 1024), "bomb": png_with_size(40000, 40000)}
 
 
 def main() -> None:
@@ -161,6 +172,8 @@ def main() -> None:
     report["registered"] = plugin.registered()
     report["with_plugin"] = run(lambda: key_everything(files))
     report["refusal"] = run(lambda: refuse(b"definitely not an image"))
+    costly = guard_inputs()
+    report["unguarded"] = run(lambda: {name: refuse(data) for name, data in costly.items()})
 
     plugin.unregister()
     report["unregistered"] = not plugin.registered()
@@ -171,6 +184,13 @@ def main() -> None:
     report["fast_keys"] = run(lambda: key_everything(files))
     plugin.unregister()
     del os.environ[plugin.FAST_KEYS_ENV]
+
+    os.environ[plugin.GUARD_ENV] = "1"
+    plugin.register()
+    report["guarded"] = run(lambda: {name: refuse(data) for name, data in costly.items()})
+    report["guarded_keys"] = run(lambda: key_everything(files))
+    plugin.unregister()
+    del os.environ[plugin.GUARD_ENV]
 
     os.environ[plugin.PLUGIN_ENV] = "0"
     plugin.register()

@@ -10,8 +10,9 @@ request metrics on vLLM's own ``/metrics`` (:mod:`mmobs.vllm.middleware`).
 Environment switches (read when vLLM loads the plugin):
 
 * ``MMOBS_VLLM_PLUGIN=0``: do nothing.
-* ``MMOBS_VLLM_GUARD=1``: run mmobs's structural checks before vLLM decodes an
-  image; a refusal is the ``ValueError`` vLLM answers with a 400.
+* ``MMOBS_VLLM_GUARD=1``: run mmobs's structural checks (:mod:`mmobs.guard`)
+  before vLLM decodes an image; a refusal is the ``ValueError`` vLLM answers
+  with a 400, counted in ``mmobs_bad_images_total{reason="too_costly"}``.
 * ``MMOBS_VLLM_FAST_KEYS=1``: key plain PIL images through mmobs's zero-copy
   pixel path (the same keys, proven by the differential tests).
 """

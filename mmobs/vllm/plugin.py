@@ -48,15 +48,18 @@ from PIL import Image, ImageOps
 from ..errors import BadImageError
 from ..events import ExifFallback, KeySource, MediaKeyed, MediaKind, TransposeFailure, get_observer
 from ..hashing import IMAGE_ID_TAG
+from ..guard import check_image_bytes
 from ..image_io import bad_image_from_pillow, report_bad_image
 from ..media import is_media_with_bytes
 
-__all__ = ["FAST_KEYS_ENV", "PLUGIN_ENV", "ShapeMismatch", "register", "registered", "unregister"]
+__all__ = ["FAST_KEYS_ENV", "GUARD_ENV", "PLUGIN_ENV", "ShapeMismatch", "register", "registered", "unregister"]
 
 #: ``MMOBS_VLLM_PLUGIN=0`` turns the plugin off.
 PLUGIN_ENV = "MMOBS_VLLM_PLUGIN"
 #: ``MMOBS_VLLM_FAST_KEYS=1`` keys plain PIL images through mmobs's pixel path.
 FAST_KEYS_ENV = "MMOBS_VLLM_FAST_KEYS"
+#: ``MMOBS_VLLM_GUARD=1`` runs mmobs's structural checks before vLLM decodes an image.
+GUARD_ENV = "MMOBS_VLLM_GUARD"
 
 #: Logged under vLLM's namespace so the warning shows in vLLM's own log stream.
 _log = logging.getLogger("vllm.mmobs")
@@ -164,7 +167,7 @@ def _plan() -> _Plan:
     _same_results(original_normalize, _normalize_image, _probe_images(), "normalize_image", compare=_pixels)
 
     serialize_item = _serialize_item(original_serialize)
-    if os.environ.get(FAST_KEYS_ENV, "0").strip() == "1":
+    if _enabled(FAST_KEYS_ENV):
         from .fast_keys import fast_serialize_item
 
         serialize_item = fast_serialize_item(serialize_item)
@@ -173,7 +176,7 @@ def _plan() -> _Plan:
         (hasher, "_get_hasher_factory", _counting_factory(original_factory), False),
         (hasher_class, "serialize_item", classmethod(serialize_item), False),
         (hasher_class, "hash_kwargs", classmethod(_hash_kwargs(original_hash_kwargs)), False),
-        (loader_class, "load_bytes", _load_bytes(original_load_bytes), False),
+        (loader_class, "load_bytes", _load_bytes(original_load_bytes, guard=_enabled(GUARD_ENV)), False),
         (renderers, "make_async", _context_make_async(original_make_async), False),
         (pool, "submit", _context_submit(pool.submit), True),
     ]
@@ -183,6 +186,10 @@ def _plan() -> _Plan:
         if getattr(module, "normalize_image", None) is original_normalize:
             plan.append((module, "normalize_image", _normalize_image, False))
     return plan
+
+
+def _enabled(variable: str) -> bool:
+    return os.environ.get(variable, "0").strip() == "1"
 
 
 def _module(name: str) -> Any:
@@ -414,18 +421,44 @@ def _normalize_image(image: Image.Image) -> Image.Image:
         return image
 
 
-def _load_bytes(original: Callable[[Any, bytes], Any]) -> Callable[[Any, bytes], Any]:
+def _load_bytes(original: Callable[[Any, bytes], Any], *, guard: bool) -> Callable[[Any, bytes], Any]:
+    """vLLM's loader, its refusals counted; with the guard, mmobs's structural checks first.
+
+    The guard refuses, before Pillow sees them, the inputs whose structure
+    would cost far more to decode than a plain image of their size (see
+    :mod:`mmobs.guard`), as a :class:`~mmobs.errors.BadImageError`: a
+    ``ValueError``, which vLLM already answers with a 400. With the guard on,
+    a decode error vLLM would let escape as something else (``struct.error``,
+    Pillow's ``DecompressionBombError``) becomes that ``ValueError`` too, so a
+    bad image is a 400 and never a 500. Accepted images load, and key, as before.
+    """
+
     @functools.wraps(original)
     def load_bytes(self: Any, data: bytes) -> Any:
+        if guard:
+            try:
+                check_image_bytes(data, max_pixels=_vllm_max_pixels())
+            except BadImageError as error:
+                report_bad_image(error)
+                raise
         try:
             return original(self, data)
         except MemoryError:
             raise
         except Exception as error:
-            report_bad_image(_refusal(error))
+            refusal = report_bad_image(_refusal(error))
+            if guard and not isinstance(error, ValueError):
+                raise refusal from error
             raise
 
     return load_bytes
+
+
+def _vllm_max_pixels() -> int | None:
+    """vLLM's own pixel limit (``VLLM_MAX_IMAGE_PIXELS``; 0 or less means none)."""
+    envs = sys.modules.get("vllm.envs")
+    limit = getattr(envs, "VLLM_MAX_IMAGE_PIXELS", 0) if envs is not None else 0
+    return limit if isinstance(limit, int) and limit > 0 else None
 
 
 def _refusal(error: Exception) -> BadImageError:

@@ -1,0 +1,52 @@
+"""What every container check shares: the refusals and a few readers."""
+
+from __future__ import annotations
+
+from ..errors import BadImageError
+from .limits import DecodeLimits
+
+__all__ = ["check_canvas", "check_pixels", "pixel_limit_error", "too_costly", "union"]
+
+
+def too_costly(what: str, fix: str) -> BadImageError:
+    """A ``too_costly`` refusal: ``what`` was found, ``fix`` says what to send instead."""
+    return BadImageError("too_costly", f"{what}; {fix}")
+
+
+def pixel_limit_error(width: int, height: int, limit: int) -> BadImageError:
+    """The ``too_many_pixels`` refusal, worded as ``ImageMediaIO`` words it."""
+    return BadImageError(
+        "too_many_pixels",
+        f"the image is {width}x{height} = {width * height} pixels, above the limit of {limit}; "
+        "resize it before sending",
+    )
+
+
+def check_pixels(width: int, height: int, max_pixels: int | None) -> None:
+    """The caller's pixel limit, applied to a size declared in a header."""
+    if max_pixels is not None and width * height > max_pixels:
+        raise pixel_limit_error(width, height, max_pixels)
+
+
+def check_canvas(
+    fmt: str, canvas: tuple[int, int], frames_box: tuple[int, int, int, int] | None, limits: DecodeLimits
+) -> None:
+    """A large animation canvas must be mostly covered by its frames (their bounding box)."""
+    width, height = canvas
+    if frames_box is None or width * height <= limits.canvas_ratio_min_pixels:
+        return
+    left, top, right, bottom = frames_box
+    covered = max(0, min(right, width) - max(left, 0)) * max(0, min(bottom, height) - max(top, 0))
+    if width * height > limits.max_canvas_to_frames_ratio * max(covered, 1):
+        raise too_costly(
+            f"the {fmt} declares a {width}x{height} canvas but its frames cover only "
+            f"{right - left}x{bottom - top} of it (more than {limits.max_canvas_to_frames_ratio}x less)",
+            "send the frames on a canvas of their own size",
+        )
+
+
+def union(box: tuple[int, int, int, int] | None, frame: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    """The bounding box of ``box`` and ``frame`` (left, top, right, bottom)."""
+    if box is None:
+        return frame
+    return (min(box[0], frame[0]), min(box[1], frame[1]), max(box[2], frame[2]), max(box[3], frame[3]))
