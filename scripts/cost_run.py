@@ -17,7 +17,8 @@ Loaders:
   ``MultiModalHasher.hash_kwargs("blake3", image=...)``; the outcome is the
   key or the ``BadImageError`` reason.
 * ``mmobs-before``: the same, with ``mmobs`` exported from ``--before-ref``
-  (``git archive``), to show the cost before the decode budgets.
+  (``git archive``; by default the last ``main`` without the decode budgets),
+  to show the cost before them.
 * ``vllm``: vLLM's own ``ImageMediaIO().load_bytes`` (what the plugin guard
   protects).
 
@@ -198,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--loader", action="append", choices=["mmobs", "mmobs-before", "vllm"],
                         help="loader(s) to measure (default: mmobs)")  # fmt: skip
-    parser.add_argument("--before-ref", default="main", help="git ref of mmobs-before (default: main)")
+    parser.add_argument(
+        "--before-ref", default="9d413cd",
+        help="git ref of mmobs-before (default: 9d413cd, main when docs/reliability.md's table was measured)",
+    )  # fmt: skip
     parser.add_argument("--only", action="append", default=[], help="measure only inputs whose name contains this")
     parser.add_argument("--cpu-limit", type=int, default=120, help="RLIMIT_CPU of each child, seconds (default 120)")
     parser.add_argument("--memory-limit", type=float, default=6.0, help="RLIMIT_AS of each child, GiB (default 6)")
