@@ -41,6 +41,8 @@ class ServiceConfig:
     #: When set, ``create_app`` configures structlog ("json" or "console").
     log_format: str | None = None
     log_level: str = "info"
+    #: One canonical ``http_request`` log line per request (``MMObsMiddleware(access_log=...)``).
+    request_log: bool = True
 
     def to_env(self) -> str:
         return json.dumps(dataclasses.asdict(self))
