@@ -83,6 +83,7 @@ if TYPE_CHECKING:
     from .keys import (
         key_image as key_image,
     )
+    from .logs import add_request_context as add_request_context
     from .logs import configure_logging as configure_logging
     from .media import MediaWithBytes as MediaWithBytes
     from .middleware import MMObsMiddleware as MMObsMiddleware
@@ -103,6 +104,7 @@ _EXPORTS: dict[str, str] = {
     "MediaWithBytes": "media",
     "MultiModalHasher": "hashing",
     "UnsupportedTypeWarning": "hashing",
+    "add_request_context": "logs",
     "check_image_bytes": "guard",
     "compute_fingerprint": "fingerprint",
     "configure_logging": "logs",

@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import structlog
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ._version import __version__
 from .config import CONFIG_ENV, ServiceConfig
 from .errors import BadImageError
 from .events import RecordingObserver, get_observer, observing
 from .hashing import ALGORITHMS, IMAGE_ID_TAG, MultiModalHasher
-from .image_io import ImageMediaIO, report_bad_image
+from .image_io import ImageMediaIO, pillow_error_reason, report_bad_image
 from .keys import key_image
 from .logs import configure_logging, safe_text
 
@@ -175,8 +175,8 @@ def inspect_file(path: str) -> dict[str, Any]:
 
     try:
         opened = fresh()
-    except Exception as error:  # noqa: BLE001
-        report["error"] = f"{type(error).__name__}: {safe_text(error)}"
+    except Exception as error:  # noqa: BLE001 - reported as the file's one problem
+        report["unopened"] = _unopened(error)
         return report
     report.update(format=opened.format, mode=opened.mode, size=list(opened.size))
     exif_bytes = opened.info.get("exif")
@@ -206,11 +206,21 @@ def inspect_file(path: str) -> dict[str, Any]:
     return report
 
 
+def _unopened(error: Exception) -> dict[str, str]:
+    """Why Pillow cannot open a file, as a reason and a message (no BytesIO repr, no traceback)."""
+    if isinstance(error, UnidentifiedImageError):
+        return {"reason": "unidentified", "message": "not an image Pillow can identify"}
+    return {"reason": pillow_error_reason(error) or "corrupt", "message": f"{type(error).__name__}: {safe_text(error)}"}
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     try:
         report = inspect_file(args.file)
     except OSError as error:
         print(f"mmobs: {args.file}: cannot read the file: {error.strerror or error}", file=sys.stderr)
+        return 1
+    if "unopened" in report:
+        _print_failure(args, args.file, report["unopened"]["reason"], report["unopened"]["message"])
         return 1
     if args.json:
         print(json.dumps(report, indent=2))
@@ -259,8 +269,23 @@ def cmd_fingerprint(args: argparse.Namespace) -> int:
 # -- mmobs serve ---------------------------------------------------------------------
 
 
+def _missing_extra(command: str, extra: str, error: ModuleNotFoundError) -> int:
+    """One line naming what to install, and exit code 1 (not a traceback)."""
+    print(
+        f"mmobs: '{command}' needs {error.name}, which is not installed: pip install 'mmobs[{extra}]'",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    try:
+        import uvicorn
+    except ModuleNotFoundError as error:
+        return _missing_extra("mmobs serve", "serve", error)
+
+    # Before anything logs: mmobs's events, uvicorn's records, warnings, one format (issue #12).
+    configure_logging(args.log_format, args.log_level)
 
     max_connections = _raise_open_files_limit(args.limit_concurrency)
     config = ServiceConfig(
@@ -284,6 +309,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         header_timeout_seconds=args.header_timeout,
         body_timeout_seconds=args.body_timeout,
         max_connections=max_connections,
+        request_log=args.request_log,
     )
     os.environ[CONFIG_ENV] = config.to_env()
     options: dict[str, Any] = {
@@ -292,6 +318,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "access_log": args.access_log,
         "log_level": args.log_level,
         "timeout_graceful_shutdown": 10,
+        # No text handlers of uvicorn's own: its records reach configure_logging's handler.
+        "log_config": None,
         # Header and body deadlines and a connection cap that evicts idle connections
         # (mmobs.http_guard) instead of uvicorn's limit_concurrency, whose 503s idle sockets trigger.
         "http": "mmobs.http_guard:GuardedH11Protocol",
@@ -307,7 +335,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         uvicorn.run(app, **options)
         return 0
     owned_dir = _prepare_multiprocess_dir()
-    configure_logging(args.log_format, args.log_level)
     structlog.get_logger("mmobs").info(
         "multiprocess_metrics", workers=args.workers, directory=os.environ["PROMETHEUS_MULTIPROC_DIR"]
     )
@@ -346,7 +373,9 @@ def _raise_open_files_limit(connections: int) -> int:
             pass
     if soft != resource.RLIM_INFINITY and soft < wanted:
         possible = max(16, soft - reserve)
-        print(f"mmobs: the open-files limit ({soft}) allows {possible} connections, not {connections}", file=sys.stderr)
+        structlog.get_logger("mmobs").warning(
+            "connection_cap_lowered", open_files_limit=soft, connections=possible, asked=connections
+        )
         return possible
     return connections
 
@@ -404,6 +433,27 @@ def _formats(text: str) -> tuple[str, ...] | None:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default after its help, as a person writes it: off, none, a comma-joined list."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or action.default is argparse.SUPPRESS or not action.option_strings:
+            return text
+        if isinstance(action, (argparse._VersionAction, argparse._HelpAction)):
+            return text
+        default = action.default
+        if default is None or default is False:
+            shown = "off"
+        elif default is True:
+            shown = "on"
+        elif isinstance(default, (list, tuple)):
+            shown = ",".join(map(str, default)) or "none"
+        else:
+            shown = str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mmobs", description="vLLM-compatible multimodal cache keys, with observability."
@@ -411,69 +461,84 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mmobs {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    hash_parser = commands.add_parser("hash", help="print each file's cache key and how it was derived")
-    hash_parser.add_argument("files", nargs="+", metavar="FILE")
-    hash_parser.add_argument("--algorithm", choices=ALGORITHMS, default="blake3")
-    hash_parser.add_argument("--image-mode", type=_image_mode, default="RGB", help="mode the loader converts to (default RGB)")
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, description=help, formatter_class=_HelpFormatter)
+
+    hash_parser = command("hash", "print each file's cache key and how it was derived")
+    hash_parser.add_argument("files", nargs="+", metavar="FILE", help="image files to key")
+    hash_parser.add_argument("--algorithm", choices=ALGORITHMS, default="blake3", help="the digest of the key")
+    hash_parser.add_argument("--image-mode", type=_image_mode, default="RGB", help="mode the loader converts to")
     hash_parser.add_argument("--json", action="store_true", help="one JSON object per line")
     hash_parser.add_argument("--no-decode", action="store_true",
                              help="key from the header, decoding only where it cannot decide (as POST /v1/keys)")
     hash_parser.set_defaults(handler=cmd_hash)
 
-    inspect_parser = commands.add_parser("inspect", help="explain a file's EXIF on every load path")
-    inspect_parser.add_argument("file", metavar="FILE")
-    inspect_parser.add_argument("--json", action="store_true")
+    inspect_parser = command("inspect", "explain a file's EXIF on every load path")
+    inspect_parser.add_argument("file", metavar="FILE", help="the image file to explain")
+    inspect_parser.add_argument("--json", action="store_true", help="the report as one JSON document")
     inspect_parser.set_defaults(handler=cmd_inspect)
 
-    fingerprint_parser = commands.add_parser("fingerprint", help="print this install's fleet fingerprint")
-    fingerprint_parser.add_argument("--json", action="store_true")
+    fingerprint_parser = command("fingerprint", "print this install's fleet fingerprint")
+    fingerprint_parser.add_argument("--json", action="store_true", help="the digest and every reference key as JSON")
     fingerprint_parser.set_defaults(handler=cmd_fingerprint)
 
     defaults = ServiceConfig()
-    serve = commands.add_parser("serve", help="run the reference service (POST /v1/hash, GET /metrics)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--workers", type=_positive, default=1)
-    serve.add_argument("--log-format", choices=("json", "console"), default="json")
-    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
-    serve.add_argument("--max-body-bytes", type=_positive, default=defaults.max_body_bytes)
-    serve.add_argument("--max-images", type=_positive, default=defaults.max_images)
-    serve.add_argument("--max-pixels", type=_positive, default=defaults.max_pixels)
-    serve.add_argument("--max-image-bytes", type=_positive, default=defaults.max_image_bytes)
-    formats = ",".join(defaults.image_formats or ("any",))
+    serve = command("serve", "run the reference service (POST /v1/hash, GET /metrics)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on")
+    serve.add_argument("--workers", type=_positive, default=1,
+                       help="server processes; above 1 the metrics are summed over all of them")
+    serve.add_argument("--log-format", choices=("json", "console"), default="json",
+                       help="json: one object a line on stderr, uvicorn's records and warnings included; "
+                            "console: for people")
+    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
+                       help="the lowest level logged")
+    serve.add_argument("--request-log", action=argparse.BooleanOptionalAction, default=defaults.request_log,
+                       help="one canonical http_request line per request (request id, route, status, duration, "
+                            "images, fallbacks, bad-image reason)")
+    serve.add_argument("--max-body-bytes", type=_positive, default=defaults.max_body_bytes, metavar="B",
+                       help="largest request body; above it: 413")
+    serve.add_argument("--max-images", type=_positive, default=defaults.max_images, metavar="N",
+                       help="most images in one request")
+    serve.add_argument("--max-pixels", type=_positive, default=defaults.max_pixels, metavar="P",
+                       help="most pixels (width x height) of one image; above it: too_many_pixels")
+    serve.add_argument("--max-image-bytes", type=_positive, default=defaults.max_image_bytes, metavar="B",
+                       help="largest encoded image; above it: too_large")
     serve.add_argument("--image-formats", type=_formats, default=defaults.image_formats, metavar="FMT,FMT|any",
-                       help=f"Pillow formats to open (default {formats}; 'any' for all)")
-    serve.add_argument("--metrics-path", default=defaults.metrics_path)
+                       help="Pillow formats to open ('any' for all)")
+    serve.add_argument("--metrics-path", default=defaults.metrics_path, help="where the metrics are served")
     serve.add_argument("--no-metrics", action="store_true", help="do not serve metrics")
-    serve.add_argument("--metrics-port", type=_positive, default=None,
+    serve.add_argument("--metrics-port", type=_positive, default=None, metavar="P",
                        help="serve the metrics on this port instead of --metrics-path")
-    serve.add_argument("--metrics-token", default=None, help="require this bearer token on /metrics (or MMOBS_METRICS_TOKEN)")
+    serve.add_argument("--metrics-token", default=None, metavar="T",
+                       help="require this bearer token on the metrics (or MMOBS_METRICS_TOKEN)")
     serve.add_argument("--allow-remote-host", action="append", default=[], metavar="HOST",
-                       help="allow fetching http(s) image URLs from HOST (repeatable; off by default)")
+                       help="allow fetching http(s) image URLs from HOST (repeatable)")
     serve.add_argument("--fetch-allow-private", action="store_true",
                        help="let remote fetches reach private/loopback addresses (testing only)")
     serve.add_argument("--limit-concurrency", type=_positive, default=defaults.max_connections, metavar="N",
-                       help="open connections per server process (default %(default)s); at the cap a new connection "
+                       help="open connections per server process; at the cap a new connection "
                             "closes the oldest one that has no request being answered")
     serve.add_argument("--header-timeout", type=_positive_float, default=defaults.header_timeout_seconds, metavar="S",
-                       help="seconds a connection has to send a request's headers (default %(default)s)")
+                       help="seconds a connection has to send a request's headers")
     serve.add_argument("--body-timeout", type=_positive_float, default=defaults.body_timeout_seconds, metavar="S",
-                       help="seconds a request has to send its whole body (default %(default)s)")
+                       help="seconds a request has to send its whole body")
     serve.add_argument("--decode-workers", type=_non_negative, default=defaults.decode_workers, metavar="N",
-                       help="decode worker processes per server process (default %(default)s; 0 decodes in the "
+                       help="decode worker processes per server process (0 decodes in the "
                             "server process, without CPU or memory limits)")
     serve.add_argument("--max-request-cpu-seconds", type=_positive_float, default=defaults.max_request_cpu_seconds,
-                       metavar="S", help="CPU time one request's decoding and keying may use (default %(default)s); "
+                       metavar="S", help="CPU time one request's decoding and keying may use; "
                                          "beyond it the image is refused as too_costly")
     serve.add_argument("--max-decode-memory-mib", type=_positive, metavar="MIB",
                        default=defaults.max_decode_memory_bytes >> 20,
-                       help="memory decoding one image may use (default %(default)s); beyond it: too_costly")
+                       help="memory decoding one image may use; beyond it: too_costly")
     serve.add_argument("--decode-queue", type=_positive, default=defaults.decode_queue, metavar="N",
-                       help="requests that may wait for a decode worker (default %(default)s); beyond it: 503")
+                       help="requests that may wait for a decode worker; beyond it: 503")
     serve.add_argument("--decode-queue-timeout", type=_positive_float, metavar="S",
                        default=defaults.decode_queue_timeout_seconds,
-                       help="seconds a request may wait for a decode worker (default %(default)s); then 503")
-    serve.add_argument("--access-log", action="store_true", help="let uvicorn log every request")
+                       help="seconds a request may wait for a decode worker; then 503")
+    serve.add_argument("--access-log", action="store_true",
+                       help="also let uvicorn log every request (in the same format, with the request id)")
     serve.set_defaults(handler=cmd_serve)
     return parser
 

@@ -41,6 +41,8 @@ class ServiceConfig:
     #: When set, ``create_app`` configures structlog ("json" or "console").
     log_format: str | None = None
     log_level: str = "info"
+    #: One canonical ``http_request`` log line per request (``MMObsMiddleware(access_log=...)``).
+    request_log: bool = True
     #: Decode worker processes per server process (0: decode in the server, without limits).
     decode_workers: int = 2
     #: CPU time all of one request's decoding and keying may use, summed over its images.

@@ -123,6 +123,9 @@ class HashObserver:
     def bad_image(self, error: BadImageError) -> None:
         """The loader refused an input."""
 
+    def exif_corrupt_warning(self, message: str) -> None:
+        """Pillow warned ``Corrupt EXIF data`` (seen where warnings are captured: :mod:`mmobs.logs`)."""
+
     def key_path(self, key_path: KeyPath) -> None:
         """The no-decode key path keyed an image by ``key_path``."""
 
@@ -142,6 +145,7 @@ class RecordingObserver(HashObserver):
         self.keyed: list[MediaKeyed] = []
         self.hashed_calls: list[tuple[str, float, int]] = []
         self.bad_images: list[BadImageError] = []
+        self.exif_corrupt_warnings: list[str] = []
         self.key_paths: list[KeyPath] = []
 
     def exif_fallback(self, event: ExifFallback) -> None:
@@ -166,6 +170,10 @@ class RecordingObserver(HashObserver):
     def bad_image(self, error: BadImageError) -> None:
         self.bad_images.append(error)
         self.inner.bad_image(error)
+
+    def exif_corrupt_warning(self, message: str) -> None:
+        self.exif_corrupt_warnings.append(message)
+        self.inner.exif_corrupt_warning(message)
 
     def key_path(self, key_path: KeyPath) -> None:
         self.key_paths.append(key_path)

@@ -38,8 +38,19 @@ import numpy as np
 from blake3 import blake3
 from PIL import Image, ImageMode
 
-from .events import ExifFallback, HashObserver, KeySource, MediaKeyed, MediaKind, get_observer
-from .framing import TAG_LEAF, TAG_MAPPING, TAG_NONE, TAG_SEQUENCE, Chunk, ChunkSink, DigestSink, Sink, encode_length
+from .events import NULL_OBSERVER, ExifFallback, HashObserver, KeySource, MediaKeyed, MediaKind, get_observer
+from .framing import (
+    TAG_LEAF,
+    TAG_MAPPING,
+    TAG_NONE,
+    TAG_SEQUENCE,
+    Chunk,
+    ChunkSink,
+    DigestSink,
+    Sink,
+    blake3_cut,
+    encode_length,
+)
 from .media import is_media_with_bytes
 from .pixels import pixel_chunks
 
@@ -97,13 +108,16 @@ class MultiModalHasher:
         digest = new_digest(algorithm)
         observer = get_observer()
         started = perf_counter()
-        sink = DigestSink(digest)
-        writer = _Writer(sink, observer)
-        for name in sorted(kwargs):
-            writer.item(name, kwargs[name])
-        sink.flush()
+        nbytes = _one_media_with_bytes(digest, observer, kwargs) if len(kwargs) == 1 else None
+        if nbytes is None:
+            sink = DigestSink(digest)
+            writer = _Writer(sink, observer)
+            for name in sorted(kwargs):
+                writer.item(name, kwargs[name])
+            sink.flush()
+            nbytes = sink.nbytes
         key = digest.hexdigest()
-        observer.hashed(algorithm, perf_counter() - started, sink.nbytes)
+        observer.hashed(algorithm, perf_counter() - started, nbytes)
         return key
 
     @staticmethod
@@ -298,19 +312,72 @@ class _Writer:
     def _image_id(
         self, image: Image.Image, kind: MediaKind, fallback: KeySource, original: bytes | None
     ) -> bytes | None:
-        """The ImageID UUID's bytes, or None. The one place any exception is tolerated.
+        return _read_image_id(self.observer, image, kind, fallback, original)
 
-        A malformed EXIF block makes Pillow raise (``SyntaxError`` for a bad
-        TIFF header, ``struct.error`` for a short IFD, and others) from
-        ``getexif()`` or from reading a tag. Such an image still has pixels and
-        bytes to key by, so the exception is swallowed here and reported.
-        """
-        try:
-            image_id = image.getexif().get(IMAGE_ID_TAG)
-        except Exception as error:  # noqa: BLE001 - tolerated by design, and reported
-            self.observer.exif_fallback(ExifFallback(kind, error, fallback, image, original))
-            return None
-        return image_id.bytes if isinstance(image_id, uuid.UUID) else None
+
+def _read_image_id(
+    observer: HashObserver, image: Image.Image, kind: MediaKind, fallback: KeySource, original: bytes | None
+) -> bytes | None:
+    """The ImageID UUID's bytes, or None. The one place any exception is tolerated.
+
+    A malformed EXIF block makes Pillow raise (``SyntaxError`` for a bad
+    TIFF header, ``struct.error`` for a short IFD, and others) from
+    ``getexif()`` or from reading a tag. Such an image still has pixels and
+    bytes to key by, so the exception is swallowed here and reported.
+    """
+    try:
+        exif = image.getexif()
+        # ``exif.get`` reads the tag the same way; asking first spares the KeyError of the usual absence.
+        image_id = exif[IMAGE_ID_TAG] if IMAGE_ID_TAG in exif else None
+    except Exception as error:  # noqa: BLE001 - tolerated by design, and reported
+        observer.exif_fallback(ExifFallback(kind, error, fallback, image, original))
+        return None
+    return image_id.bytes if isinstance(image_id, uuid.UUID) else None
+
+
+def _one_media_with_bytes(digest: _Digest, observer: HashObserver, kwargs: dict[str, object]) -> int | None:
+    """``hash_kwargs`` of one loaded image with its bytes (what a server keys), without the writer.
+
+    The same stream, the same reports in the same order as :class:`_Writer`
+    (ImageID read, ``wants_item_digest``, ``media_keyed``), fed as
+    :class:`~mmobs.framing.DigestSink` feeds it (the framing joined with the
+    first bytes up to blake3's grid, then the rest). The writer's walk (a call
+    per nesting level, a type check per branch) cost a few microseconds a key. Returns the bytes fed, or ``None`` when the value is anything else
+    (then the writer keys it).
+    """
+    ((name, media),) = kwargs.items()
+    if not is_media_with_bytes(media):
+        return None
+    image, original = media.media, media.original_bytes  # type: ignore[attr-defined]
+    if not isinstance(image, Image.Image) or media.io_config or type(original) is not bytes:  # type: ignore[attr-defined]
+        return None
+    encoded = name.encode("utf-8")
+    head = encode_length(len(encoded)) + encoded + TAG_LEAF
+    image_id = _read_image_id(observer, image, "media_with_bytes", "original_bytes", original)
+    if image_id is not None:
+        item, data, source = encode_length(len(image_id)) + image_id, b"", "image_id"
+    else:
+        item, data, source = _FRAMED_IMAGE + TAG_LEAF + encode_length(len(original)), original, "original_bytes"
+    item_digest = None
+    if observer.wants_item_digest("media_with_bytes", media):  # the drift tracker samples this content
+        tee_cut = blake3_cut(len(item), len(data))
+        tee = blake3(b"".join((item, memoryview(data)[:tee_cut])))
+        tee.update(memoryview(data)[tee_cut:])
+        item_digest = tee.hexdigest()
+    head += item
+    cut = blake3_cut(len(head), len(data)) if isinstance(digest, blake3) else 0
+    if cut:  # the framing and the first bytes, then the rest on blake3's grid (framing.DigestSink does the same)
+        view = memoryview(data)
+        digest.update(b"".join((head, view[:cut])))
+        digest.update(view[cut:])
+    elif len(data) < 16 * 1024:  # short: one update of a joined copy costs less than two
+        digest.update(head + data)
+    else:
+        digest.update(head)
+        digest.update(data)
+    if observer is not NULL_OBSERVER:  # reporting off: not even the event record
+        observer.media_keyed(MediaKeyed("media_with_bytes", source, media, item_digest))  # type: ignore[arg-type]
+    return len(head) + len(data)
 
 
 class _SelfWriting:

@@ -277,8 +277,12 @@ class ImageMediaIO:
 
     def _load(self, data: bytes) -> MediaWithBytes[Image.Image]:
         opened = self.open_header(data)
-        _decode(opened)
-        image = normalize_image(opened)
+        metadata_error = _decode(opened)
+        if metadata_error is None:
+            image = normalize_image(opened)
+        else:  # as in vLLM, whose EXIF transpose swallows this very error: counted, no transpose
+            get_observer().exif_transpose_failed(TransposeFailure(metadata_error, opened))
+            image = opened
         if image is not opened:  # the transpose returned a copy: free the decoded original before converting
             opened.close()
         converted = self._convert(image)
@@ -461,7 +465,16 @@ def _identification_order(formats: tuple[str, ...] | None) -> tuple[str, ...] | 
     return (*(f for f in VLLM_FORMATS if f in Image.OPEN), *(f for f in formats if f not in VLLM_FORMATS))
 
 
-def _decode(image: Image.Image) -> None:
+def _decode(image: Image.Image) -> Exception | None:
+    """Decode the pixels. Return, rather than raise, an error Pillow raised only once they were decoded.
+
+    Plugins read some metadata in ``load_end``, the hook that runs after the
+    last pixel is decoded: TIFF parses its EXIF and XMP there, and a malformed
+    XMP tag raises ``TypeError`` with every pixel in place. That is bad
+    metadata, not a bad image: vLLM's loader serves these pixels (its EXIF
+    transpose, which loads, swallows the error), and so does mmobs. An error
+    from the decoding itself is a refusal.
+    """
     try:
         image.load()
     except PixelLimitExceeded as error:  # a size met while decoding (a TIFF tile, a GIF frame)
@@ -469,4 +482,18 @@ def _decode(image: Image.Image) -> None:
     except MemoryError:
         raise
     except Exception as error:  # noqa: BLE001 - OSError, SyntaxError, struct.error...
+        if _raised_after_decoding(error):
+            return error
         raise bad_image_from_pillow(error, f"{image.format or 'image'} data") from None
+    return None
+
+
+def _raised_after_decoding(error: BaseException) -> bool:
+    """Whether Pillow raised ``error`` from an image plugin's ``load_end`` hook."""
+    frame = error.__traceback__
+    while frame is not None:
+        code = frame.tb_frame
+        if code.f_code.co_name == "load_end" and str(code.f_globals.get("__name__", "")).startswith("PIL."):
+            return True
+        frame = frame.tb_next
+    return False

@@ -13,6 +13,7 @@ counter never is.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -40,7 +41,7 @@ from .events import (
 )
 from .fingerprint import process_fingerprint
 from .logs import safe_text
-from .metrics import HasherMetrics, exception_label
+from .metrics import HasherMetrics, exception_label, request_exemplar
 
 __all__ = ["Instrumentation", "content_digest", "default_instrumentation", "install", "metrics_for", "set_hasher_info"]
 
@@ -136,15 +137,20 @@ class Instrumentation(HashObserver):
         self._limiter = _LogLimiter(log_interval_seconds) if log_interval_seconds else None
         self._hasher_info_pending = hasher_info
         self._pillow = PIL.__version__
+        self._multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir"))
 
     # -- hooks ----------------------------------------------------------------
 
     def exif_fallback(self, event: ExifFallback) -> None:
         label = exception_label(type(event.error))
-        self.metrics.fallback_child[(event.kind, label)].inc()
         stats = current_request.get()
         if stats is not None:
             stats.exif_fallbacks += 1
+            # The request's id as the exemplar (OpenMetrics scrapes; none in multiprocess mode).
+            exemplar = None if self._multiprocess else request_exemplar(stats.request_id)
+            self.metrics.fallback_child[(event.kind, label)].inc(1, exemplar)
+        else:
+            self.metrics.fallback_child[(event.kind, label)].inc()
         digest = content_digest(event.original_bytes) if event.original_bytes is not None else None
         if self._limiter is not None and not self._limiter.allow(digest or label):
             return
@@ -176,7 +182,7 @@ class Instrumentation(HashObserver):
         return self.drift is not None and self.drift.samples(media)
 
     def media_keyed(self, event: MediaKeyed) -> None:
-        self.metrics.media_key_child[(event.kind, event.key_source)].inc()
+        self.metrics.count_media_key[(event.kind, event.key_source)](1)
         stats = current_request.get()
         if stats is not None:
             stats.images += 1
@@ -200,8 +206,8 @@ class Instrumentation(HashObserver):
         )
 
     def hashed(self, algorithm: str, seconds: float, nbytes: int) -> None:
-        self.metrics.duration_child[algorithm].observe(seconds)
-        self.metrics.bytes_child[algorithm].inc(nbytes)
+        self.metrics.observe_duration[algorithm](seconds)
+        self.metrics.count_bytes[algorithm](nbytes)
         if self._hasher_info_pending:
             self._hasher_info_pending = False
             set_hasher_info(self.metrics)
@@ -211,7 +217,12 @@ class Instrumentation(HashObserver):
         stats = current_request.get()
         if stats is not None:
             stats.bad_images += 1
+            stats.bad_image_reason = error.reason
         self.log.info("bad_image", reason=error.reason, error=safe_text(error.message))
+
+    def exif_corrupt_warning(self, message: str) -> None:
+        # The warning itself is logged where it was captured; this only counts it.
+        self.metrics.exif_corrupt_warnings.inc()
 
     def key_path(self, key_path: KeyPath) -> None:
         self.metrics.key_path_child[key_path].inc()

@@ -534,6 +534,7 @@ def create_app(config: ServiceConfig | None = None) -> Starlette:
                 metrics_path=config.metrics_path,
                 metrics_token=config.metrics_token,
                 pillow_errors_as_bad_images=config.pillow_errors_as_bad_images,
+                access_log=config.request_log,
             )
         ],
         exception_handlers={HTTPException: _http_exception, 500: _server_error},

@@ -17,9 +17,13 @@ Loaders:
   ``MultiModalHasher.hash_kwargs("blake3", image=...)``; the outcome is the
   key or the ``BadImageError`` reason.
 * ``mmobs-before``: the same, with ``mmobs`` exported from ``--before-ref``
-  (``git archive``), to show the cost before the decode budgets.
+  (``git archive``; by default the last ``main`` without the decode budgets),
+  to show the cost before them.
 * ``vllm``: vLLM's own ``ImageMediaIO().load_bytes`` (what the plugin guard
   protects).
+* ``vllm-guard``: the same, with the mmobs plugin loaded by vLLM's plugin
+  loader and ``MMOBS_VLLM_GUARD=1`` (mmobs's structural checks before vLLM
+  decodes).
 
 Each child runs under ``RLIMIT_CPU`` (``--cpu-limit``) and ``RLIMIT_AS``
 (``--memory-limit``), so a runaway shows as "killed" instead of hurting the
@@ -67,7 +71,11 @@ loader, path = sys.argv[1], sys.argv[2]
 import warnings
 warnings.simplefilter("ignore")
 import numpy, PIL.Image
-if loader == "vllm":
+if loader in ("vllm", "vllm-guard"):
+    if loader == "vllm-guard":
+        os.environ["MMOBS_VLLM_GUARD"] = "1"
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
     from vllm.multimodal.media.image import ImageMediaIO
     io = ImageMediaIO()
     def run(data):
@@ -124,7 +132,7 @@ def measure(loader: str, name: str, path: Path, *, pythonpath: str, cpu: int, me
     """Load one input in a fresh child process and read its resource usage."""
     env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"}
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, "vllm" if loader == "vllm" else "mmobs", str(path)],
+        [sys.executable, "-c", _CHILD, loader if loader.startswith("vllm") else "mmobs", str(path)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=tempfile.gettempdir(),
         preexec_fn=lambda: _limits(cpu, memory),
     )  # fmt: skip
@@ -196,9 +204,12 @@ def _short(outcome: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--loader", action="append", choices=["mmobs", "mmobs-before", "vllm"],
+    parser.add_argument("--loader", action="append", choices=["mmobs", "mmobs-before", "vllm", "vllm-guard"],
                         help="loader(s) to measure (default: mmobs)")  # fmt: skip
-    parser.add_argument("--before-ref", default="main", help="git ref of mmobs-before (default: main)")
+    parser.add_argument(
+        "--before-ref", default="9d413cd",
+        help="git ref of mmobs-before (default: 9d413cd, main when docs/reliability.md's table was measured)",
+    )  # fmt: skip
     parser.add_argument("--only", action="append", default=[], help="measure only inputs whose name contains this")
     parser.add_argument("--cpu-limit", type=int, default=120, help="RLIMIT_CPU of each child, seconds (default 120)")
     parser.add_argument("--memory-limit", type=float, default=6.0, help="RLIMIT_AS of each child, GiB (default 6)")

@@ -10,6 +10,15 @@ import pytest
 
 from mmobs.events import RecordingObserver, observing
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Stop at once, with a message saying where the golden vectors go, when they are not there."""
+    from tests.golden import missing_message
+
+    message = missing_message()
+    if message is not None:
+        pytest.exit(message, returncode=pytest.ExitCode.USAGE_ERROR)
+
 # =============================================================================
 # Core (test_hashing.py, test_image_io.py, test_golden.py): recording observer
 # =============================================================================

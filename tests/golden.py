@@ -23,6 +23,17 @@ GOLDEN_DIR = Path(
 )
 
 
+def missing_message() -> str | None:
+    """Why the golden vectors cannot be read, for a person; ``None`` when they can."""
+    if (GOLDEN_DIR / "vectors.json").is_file():
+        return None
+    return (
+        f"the golden vectors are missing: no vectors.json in {GOLDEN_DIR}. They are read from "
+        "../shared/golden next to this checkout (never copied into the repository); put them there, "
+        "or set MMOBS_GOLDEN_DIR to the folder that holds vectors.json and inputs/."
+    )
+
+
 @cache
 def cases() -> list[dict[str, Any]]:
     return json.loads((GOLDEN_DIR / "vectors.json").read_text())["cases"]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +13,12 @@ from pathlib import Path
 import pytest
 
 import mmobs
+from mmobs.cli import _HelpFormatter, build_parser
 from mmobs.fingerprint import compute_fingerprint
 from tests import golden
+from tests.markdown import fenced_blocks, section
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -91,9 +98,18 @@ def test_inspect_explains_each_load_path(files):
     assert "key: from original_bytes" in text
 
 
-def test_inspect_undecodable_file(files):
+def test_inspect_undecodable_file_is_one_clean_line(files):
     result = run("inspect", str(files["notes.txt"]))
-    assert result.returncode == 1 and "cannot identify image file" in result.stderr
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr == f"mmobs: {files['notes.txt']}: unidentified: not an image Pillow can identify\n"
+
+    as_json = run("inspect", "--json", str(ROOT / "README.md"))
+    assert as_json.returncode == 1
+    assert json.loads(as_json.stdout) == {
+        "file": str(ROOT / "README.md"),
+        "error": {"reason": "unidentified", "message": "not an image Pillow can identify"},
+    }
 
 
 def test_fingerprint_text_matches_library():
@@ -107,3 +123,72 @@ def test_fingerprint_text_matches_library():
 def test_usage_errors_exit_2(args):
     result = run(*args)
     assert result.returncode == 2 and "usage: mmobs" in result.stderr
+
+
+# -- help, README synopsis, set-up errors -----------------------------------------------------------
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(subparsers.choices)
+
+
+def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in parser._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
+
+
+@pytest.mark.parametrize("name", ["hash", "inspect", "fingerprint", "serve"])
+def test_every_option_has_help_and_its_default(name):
+    parser = _subcommands()[name]
+    formatter = _HelpFormatter(parser.prog)
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        assert action.help, f"mmobs {name} {action.option_strings or action.dest}: no help"
+        if action.option_strings:
+            assert "(default: " in formatter._get_help_string(action), f"mmobs {name} {action.option_strings}"
+    text = " ".join(run(name, "--help", check=True).stdout.split())
+    assert text.count("(default: ") == len(_options(parser))
+
+
+def _readme_synopsis() -> dict[str, set[str]]:
+    """Per subcommand, the options the README's synopsis blocks (``mmobs NAME`` and its indented lines) name."""
+    named: dict[str, set[str]] = {}
+    for block in fenced_blocks(section((ROOT / "README.md").read_text(), "## The service and the CLI")):
+        current = None
+        for line in block.lines:
+            match = re.match(r"mmobs (\w+)", line)
+            if match:
+                current = match.group(1)
+            elif not line.startswith(" "):
+                current = None
+            if current:
+                named.setdefault(current, set()).update(re.findall(r"--[a-z][a-z-]*", line.split("#")[0]))
+    return named
+
+
+def test_readme_synopsis_lists_every_option_of_every_subcommand():
+    synopsis = _readme_synopsis()
+    for name, parser in _subcommands().items():
+        options = {o for a in _options(parser) for o in a.option_strings}
+        assert synopsis.get(name) == options, (name, sorted(options ^ synopsis.get(name, set())))
+
+
+def test_serve_without_the_serve_extra_is_one_line_naming_it():
+    code = "import sys; sys.modules['uvicorn'] = None; from mmobs.cli import main; sys.exit(main(['serve']))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr == "mmobs: 'mmobs serve' needs uvicorn, which is not installed: pip install 'mmobs[serve]'\n"
+
+
+def test_a_missing_golden_folder_stops_the_suite_naming_where_to_put_it(tmp_path):
+    missing = tmp_path / "no-golden-here"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_surface.py"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "MMOBS_GOLDEN_DIR": str(missing)},
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "../shared/golden" in output and "MMOBS_GOLDEN_DIR" in output and str(missing) in output
+    assert "Traceback" not in output and "FileNotFoundError" not in output

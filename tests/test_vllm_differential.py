@@ -251,27 +251,17 @@ class LoaderDifference:
     why: str
 
 
-# Both mechanisms below are vLLM's normalize_image: Pillow 13's ImageOps.exif_transpose
-# starts with image.load(), so contextlib.suppress(Exception) around it also swallows the
-# *decoding* error, and the loader's own image.load() that follows is a no-op (Pillow
-# already consumed the tile list). vLLM then serves whatever the failed decode left.
+# vLLM's normalize_image: Pillow 13's ImageOps.exif_transpose starts with image.load(), so
+# contextlib.suppress(Exception) around it also swallows a *decoding* error, and the loader's
+# own image.load() that follows is a no-op (Pillow already consumed the tile list). vLLM then
+# serves whatever the failed decode left. (mmobs follows vLLM for an error raised only once
+# the pixels are decoded, in a plugin's load_end: TIFF's malformed XMP, say.)
 KNOWN_LOADER_DIFFERENCES: dict[str, LoaderDifference] = {
     "corpus:png-garbage-idat.png": LoaderDifference(
         "vllm",
         "corrupt",
         "deliberate: the IDAT is not a zlib stream; vLLM swallows the decode error and serves an "
         "all-black image (keyed by its bytes); mmobs refuses corrupt pixel data",
-    ),
-    "corpus:tiff-xmp-short.tif": LoaderDifference(
-        "vllm",
-        "corrupt",
-        "NEW, to decide: the pixels decode, then Pillow's TIFF load_end() raises TypeError reading the "
-        "malformed XMP tag (getexif); vLLM swallows it and serves the correct pixels, mmobs refuses",
-    ),
-    "corpus:tiff-xmp-ascii-l.tif": LoaderDifference(
-        "vllm",
-        "corrupt",
-        "NEW, to decide: as tiff-xmp-short.tif, with the XMP tag as ASCII text in a grayscale TIFF",
     ),
 }
 # Known divergence (d): vLLM opens every format of its ALLOWED_IMAGE_FORMATS; mmobs's default

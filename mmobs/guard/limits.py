@@ -62,8 +62,9 @@ class DecodeLimits:
     #: strips: about 18,000 for an uncompressed 49 MP RGB image. Pillow builds
     #: one Python object per strip of an uncompressed image.
     max_tiff_strips: int = 65_536
-    #: A TIFF tile larger than its image may have at most this many pixels;
-    #: libtiff allocates and inflates the whole tile, whatever the image size.
+    #: A TIFF tile may have this many pixels, or twice its image's if that is
+    #: more (one tile padded around a whole image is normal); libtiff allocates
+    #: and inflates the whole tile, whatever the image size.
     max_tiff_tile_pixels: int = 16 * MiB
     #: WebP canvas pixels. Pillow decodes every WebP through libwebp's
     #: animation decoder, about 16 bytes per canvas pixel (RGBA canvases and

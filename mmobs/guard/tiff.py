@@ -92,11 +92,11 @@ def _check_first_page(tags: dict[int, int], limits: DecodeLimits, max_pixels: in
         if not tile_width or not tile_length:
             return
         tile = tile_width * tile_length
-        if tile > width * height and tile > limits.max_tiff_tile_pixels:
+        if tile > max(2 * width * height, limits.max_tiff_tile_pixels):
             raise too_costly(
                 f"the TIFF is {width}x{height} but its tiles are {tile_width}x{tile_length} "
-                f"(libtiff decodes whole tiles; the limit for a tile larger than its image is "
-                f"{limits.max_tiff_tile_pixels} pixels)",
+                f"(libtiff decodes whole tiles; a tile may have twice the image's pixels, or "
+                f"{limits.max_tiff_tile_pixels})",
                 "re-save it with tiles of at most 1024x1024, or without tiles",
             )
         needed = -(-width // tile_width) * -(-height // tile_length) * planes

@@ -3,7 +3,7 @@
 Pillow opens every WebP, still or animated, with libwebp's animation decoder,
 which allocates RGBA canvases of the declared size before decoding a pixel:
 about 16 bytes a canvas pixel by the time the loader holds an RGB image, so a
-92-byte file declaring 7000x7000 costs 750 MiB. This walk reads the RIFF
+94-byte file declaring 7000x7000 costs 750 MiB. This walk reads the RIFF
 chunk headers (and the frame headers inside ``ANMF``) without decoding.
 """
 

@@ -31,7 +31,8 @@ class Middleware(MMObsMiddleware):
     """:class:`~mmobs.middleware.MMObsMiddleware` preset for ``vllm serve --middleware``."""
 
     def __init__(self, app: ASGIApp) -> None:
-        super().__init__(app, metrics_path=None)
+        # vLLM's own scrape and health probe are not traffic (its /metrics is not mmobs's endpoint).
+        super().__init__(app, metrics_path=None, skip_paths=("/metrics", "/health"))
         register()  # normally done by vLLM's plugin loader already; idempotent
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

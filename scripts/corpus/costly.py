@@ -514,7 +514,7 @@ def costly_cases() -> list[Case]:
         "Orientation 6 and a 300 KB RATIONAL tag in the TIFF's own directory: Pillow 13 applies the "
         "rotation without re-serialising the tags, so this stays cheap and loads")
     add("webp-animated-huge-canvas.webp", webp_animated_canvas(PLAIN_SIZE), costly,
-        "92 bytes: an animated 7000x7000 canvas with one 1x1 frame")
+        "94 bytes: an animated 7000x7000 canvas with one 1x1 frame")
     add("webp-canvas-over-frames.webp", webp_animated_canvas((3000, 3000)), costly,
         "an animated 3000x3000 canvas (under the WebP limit) whose only frame is 1x1")
     add("webp-lossless-solid-36mp.webp", webp_lossless_solid((6000, 6000)), costly,

@@ -301,8 +301,8 @@ EXTRA_EXPECT: dict[str, tuple] = {
     "tiff-imageid-bytes.tif": ok(False),
     "tiff-big-endian.tif": ok(False),
     "tiff-endian-mismatch.tif": bad("unidentified"),
-    "tiff-xmp-short.tif": bad("corrupt"),
-    "tiff-xmp-ascii-l.tif": bad("corrupt"),
+    "tiff-xmp-short.tif": ok(False),  # the XMP error comes after the pixels: counted, tolerated, as in vLLM
+    "tiff-xmp-ascii-l.tif": ok(True),
     "tiff-xmp-short-with-orientation.tif": ok(True),
     "tiff-xmp-ascii-with-orientation-l.tif": ok(True),
     "tiff-xmp-rational-with-orientation.tif": ok(True),
