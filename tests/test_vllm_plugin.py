@@ -68,6 +68,12 @@ def test_vllms_plugin_loader_registers_mmobs(probe: dict[str, Any]) -> None:
     assert probe["unregistered"] is True
 
 
+def test_every_normalize_image_binding_reaches_the_plugin(probe: dict[str, Any]) -> None:
+    """vLLM imports normalize_image by name (the loader, parse, Molmo2): every binding is wrapped."""
+    bindings = probe["normalize_image_bindings"]
+    assert len(bindings) == 4 and all(bindings.values()), bindings
+
+
 def test_keys_are_unchanged_by_the_plugin(probe: dict[str, Any]) -> None:
     """Every key vLLM computes with the plugin is the key it computes without it."""
     with_plugin = probe["with_plugin"]["result"]["keys"]

@@ -159,6 +159,30 @@ def guard_inputs() -> dict[str, bytes]:
     return {"exif-segment-flood": jpeg_exif_segment_flood(64 * 1024), "bomb": png_with_size(40000, 40000)}
 
 
+def normalize_image_bindings(plugin: Any) -> dict[str, bool]:
+    """Whether each module that uses vLLM's ``normalize_image`` now reaches the plugin's.
+
+    The loader and parse imported it by name before the plugin ran; a model
+    module (Molmo2's ``from vllm.multimodal.image import normalize_image``)
+    imports it later: both must see the plugin's function.
+    """
+    import types
+
+    import vllm.multimodal.image
+    import vllm.multimodal.media.image
+    import vllm.multimodal.parse
+
+    later = types.ModuleType("later_model_module")
+    exec("from vllm.multimodal.image import normalize_image", later.__dict__)  # noqa: S102 - Molmo2's import line
+    modules = {
+        "vllm.multimodal.image": vllm.multimodal.image,
+        "vllm.multimodal.media.image": vllm.multimodal.media.image,
+        "vllm.multimodal.parse": vllm.multimodal.parse,
+        "a model module imported later": later,
+    }
+    return {name: module.normalize_image is plugin._normalize_image for name, module in modules.items()}
+
+
 def main() -> None:
     from vllm.plugins import load_general_plugins
 
@@ -170,6 +194,7 @@ def main() -> None:
     load_general_plugins()  # vLLM may load plugins more than once: must stay idempotent
     plugin.register()
     report["registered"] = plugin.registered()
+    report["normalize_image_bindings"] = normalize_image_bindings(plugin)
     report["with_plugin"] = run(lambda: key_everything(files))
     report["refusal"] = run(lambda: refuse(b"definitely not an image"))
     costly = guard_inputs()

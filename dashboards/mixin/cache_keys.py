@@ -201,12 +201,9 @@ def hashing(query: QueryStyle) -> list[dict[str, Any]]:
 
 
 def http_panels(query: QueryStyle) -> list[dict[str, Any]]:
-    """Request rate and latency through MMObsMiddleware, by route.
+    """Request rate, concurrency, latency and sizes through MMObsMiddleware, by route.
 
-    A panel for a new per-route metric is one more entry here, for example
-    ``timeseries("HTTP requests in progress", ..., "short", [target(query.aggregate("sum",
-    query.select(metrics.HTTP_IN_PROGRESS), by=["route"]), legend="{{route}}")])`` or, for a histogram,
-    ``quantile_targets(lambda q: query.quantile(q, metrics.HTTP_TTFB, by=["route"]), "route")``.
+    A panel for a new per-route metric is one more entry here.
     """
     return [
         timeseries(
@@ -229,6 +226,33 @@ def http_panels(query: QueryStyle) -> list[dict[str, Any]]:
             "hasher is the bottleneck; if alone, look at image fetching and decoding.",
             "s",
             quantile_targets(lambda q: query.quantile(q, metrics.HTTP_REQUEST_DURATION, by=["route"]), "route"),
+        ),
+        timeseries(
+            "HTTP requests in progress by route",
+            "Requests being served right now, per route template (summed over workers). A route whose count "
+            "climbs while its request rate does not is stuck or queued: compare with time to first byte, and "
+            "with hash latency for the image routes.",
+            "short",
+            [target(query.aggregate("sum", query.select(metrics.HTTP_IN_PROGRESS), by=["route"]), legend="{{route}}")],
+        ),
+        timeseries(
+            "HTTP time to first byte p50 / p95 / p99 by route",
+            "Time until the response's first byte per route template. For a streamed response it shows the wait "
+            "that 'request latency' (time to the last byte) hides; for the image routes it tracks decoding and "
+            "hashing, which happen before the answer starts.",
+            "s",
+            quantile_targets(lambda q: query.quantile(q, metrics.HTTP_TTFB, by=["route"]), "route"),
+        ),
+        timeseries(
+            "HTTP request and response size p95 by route",
+            "The 95th percentile size of request bodies (images in) and response bodies per route template. "
+            "Requests growing without a change in clients means bigger images (see 'Bytes hashed per second'); "
+            "request bodies near the service's --max-body-bytes will start to fail with 413.",
+            "bytes",
+            [
+                target(query.quantile("0.95", metrics.HTTP_REQUEST_SIZE, by=["route"]), "A", "request {{route}}"),
+                target(query.quantile("0.95", metrics.HTTP_RESPONSE_SIZE, by=["route"]), "B", "response {{route}}"),
+            ],
         ),
     ]
 

@@ -143,6 +143,14 @@ def inputs_and_errors(query: QueryStyle) -> list[dict[str, Any]]:
             stack=True,
         ),
         timeseries(
+            "Pillow 'Corrupt EXIF data' warnings",
+            "Per second, the times Pillow warned about a corrupt EXIF block while it parsed one (a UserWarning "
+            "that raises nothing). It signals the same broken metadata as the fallbacks, caught earlier: a rise "
+            "here without a rise in fallbacks means the damage is in tags the key never reads.",
+            "ops",
+            [target(query.sum_rate(metrics.EXIF_CORRUPT_WARNINGS), legend="warnings")],
+        ),
+        timeseries(
             "Bad images by reason",
             "Inputs the loader refused (answered 400), per second by reason. These are client errors, not ours; a "
             "spike in one reason usually means one client changed how it encodes images (bad_base64, "
@@ -182,14 +190,15 @@ def build(config: MixinConfig) -> dict[str, Any]:
     query = QueryStyle.for_dashboards(config)
     top = overview(query)
     by_exception, by_kind, share_by_kind, by_route = causes(query)
-    transpose, bad_images, image_requests, five_xx = inputs_and_errors(query)
+    transpose, corrupt_warnings, bad_images, image_requests, five_xx = inputs_and_errors(query)
     panels = layout(
         [
             [(panel, 6, 4) for panel in top],
             [(by_exception, 12, 8), (by_kind, 12, 8)],
             [(share_by_kind, 12, 8), (by_route, 12, 8)],
-            [(transpose, 12, 8), (bad_images, 12, 8)],
-            [(image_requests, 12, 8), (five_xx, 12, 8)],
+            [(transpose, 12, 8), (corrupt_warnings, 12, 8)],
+            [(bad_images, 12, 8), (image_requests, 12, 8)],
+            [(five_xx, 24, 8)],
         ]
     )
     return dashboard(

@@ -23,12 +23,18 @@ HTTP_REQUEST_DURATION = "mmobs_http_request_duration_seconds"
 HTTP_IMAGE_REQUESTS = "mmobs_http_image_requests_total"
 HTTP_FALLBACK_REQUESTS = "mmobs_http_exif_fallback_requests_total"
 KEY_PATHS = "mmobs_key_paths_total"
+EXIF_CORRUPT_WARNINGS = "mmobs_exif_corrupt_warnings_total"
+HTTP_TTFB = "mmobs_http_time_to_first_byte_seconds"
+HTTP_IN_PROGRESS = "mmobs_http_requests_in_progress"
+HTTP_REQUEST_SIZE = "mmobs_http_request_size_bytes"
+HTTP_RESPONSE_SIZE = "mmobs_http_response_size_bytes"
 
 MMOBS_METRICS: frozenset[str] = frozenset(
     {
         EXIF_FALLBACKS, TRANSPOSE_FAILURES, MEDIA_KEYS, HASH_DURATION, HASHED_BYTES, BAD_IMAGES, DRIFT,
         DRIFT_SAMPLES, HASHER_INFO, HTTP_REQUESTS, HTTP_REQUEST_DURATION, HTTP_IMAGE_REQUESTS,
-        HTTP_FALLBACK_REQUESTS, KEY_PATHS,
+        HTTP_FALLBACK_REQUESTS, KEY_PATHS, EXIF_CORRUPT_WARNINGS, HTTP_TTFB, HTTP_IN_PROGRESS,
+        HTTP_REQUEST_SIZE, HTTP_RESPONSE_SIZE,
     }
 )
 
