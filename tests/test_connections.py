@@ -76,9 +76,8 @@ def test_healthz_answers_during_an_idle_connection_flood(service: ServiceProcess
         answer = drip.recv(4096)
         assert answer.startswith(b"HTTP/1.1 408 ") and answer.endswith(b'"code":"timeout"}}'), answer
         assert drip.recv(4096) == b""  # and closed
-        text = service.metrics()
-        assert metric_value(text, "mmobs_http_requests_total", {"status_class": "5xx"}) == 0
-        assert metric_value(text, "mmobs_http_requests_total", {"route": "/healthz", "status_class": "2xx"}) == 20 + 1
+        # Nothing from the connection layer is a 5xx (and /healthz itself stays out of the request metrics).
+        assert metric_value(service.metrics(), "mmobs_http_requests_total", {"status_class": "5xx"}) == 0
     finally:
         for sock in [*flood, drip]:
             sock.close()
