@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import PIL
-import structlog
 from blake3 import blake3
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -40,7 +39,7 @@ from .events import (
     set_observer,
 )
 from .fingerprint import process_fingerprint
-from .logs import safe_text
+from .logs import mmobs_logger, safe_text
 from .metrics import HasherMetrics, exception_label, request_exemplar
 
 __all__ = ["Instrumentation", "content_digest", "default_instrumentation", "install", "metrics_for", "set_hasher_info"]
@@ -114,7 +113,8 @@ class Instrumentation(HashObserver):
     """Counts, logs and drift-checks everything the hashing core reports.
 
     :param registry: where the metrics live (prometheus_client's global one by default).
-    :param logger: a structlog logger (``structlog.get_logger("mmobs")`` by default).
+    :param logger: a structlog logger (by default ``structlog.get_logger("mmobs")``, see
+        :func:`mmobs.logs.mmobs_logger`).
     :param drift: the drift tracker; ``None`` turns drift detection off.
     :param log_interval_seconds: log each content's fallback at most once per interval
         (the counter still counts every one); ``None`` logs every one.
@@ -132,7 +132,7 @@ class Instrumentation(HashObserver):
         hasher_info: bool = True,
     ) -> None:
         self.metrics = metrics_for(registry)
-        self.log = logger if logger is not None else structlog.get_logger("mmobs")
+        self.log = logger if logger is not None else mmobs_logger()
         self.drift: DriftTracker | None = DriftTracker() if drift is _DEFAULT else drift
         self._limiter = _LogLimiter(log_interval_seconds) if log_interval_seconds else None
         self._hasher_info_pending = hasher_info

@@ -21,6 +21,7 @@ carry its ``request_id`` and ``route`` through :func:`add_request_context`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -42,6 +43,7 @@ __all__ = [
     "add_request_context",
     "capture_warnings",
     "configure_logging",
+    "mmobs_logger",
     "safe_text",
 ]
 
@@ -154,6 +156,45 @@ def _exception_label_inline(_: Any, __: str, event_dict: dict[str, Any]) -> dict
     if isinstance(label, str) and "\n" not in label:
         event_dict["exception_type"] = event_dict.pop("exception")
     return event_dict
+
+
+class _MmobsLogger:
+    """``structlog.get_logger("mmobs")`` once anyone configured structlog; mmobs's own console logger until then.
+
+    A library must not configure structlog, and structlog's default console
+    renderer prints a field called ``exception`` as a traceback, on lines of
+    its own, where mmobs's events carry the exception's *class* (the metric
+    label). In an application that never configures structlog (vLLM, running
+    the plugin) every fallback would take two lines. So until structlog is
+    configured, mmobs's events go through structlog's default chain with that
+    one field kept on the line; from then on, through the application's
+    configuration, as any structlog user's would.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        logger = structlog.get_logger("mmobs") if structlog.is_configured() else _unconfigured_logger()
+        return getattr(logger, name)
+
+
+@functools.cache
+def _unconfigured_logger() -> Any:
+    return structlog.wrap_logger(
+        structlog.PrintLogger(),
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.StackInfoRenderer(),
+            structlog.dev.set_exc_info,
+            structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=False),
+            _exception_label_inline,
+            structlog.dev.ConsoleRenderer(colors=bool(getattr(sys.stdout, "isatty", lambda: False)())),
+        ],
+    )
+
+
+def mmobs_logger() -> Any:
+    """The logger mmobs's own events go to (see :class:`_MmobsLogger`)."""
+    return _MmobsLogger()
 
 
 # -- the stdlib side ------------------------------------------------------------------

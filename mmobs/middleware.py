@@ -55,7 +55,7 @@ from .exposition import MetricsEndpoint, multiprocess_dir
 from .http_errors import bad_image_body, error_body, send_json
 from .image_io import bad_image_from_pillow, pillow_error_reason, report_bad_image
 from .instrument import Instrumentation, install, metrics_for, set_hasher_info
-from .logs import REQUEST_ATTRIBUTE, safe_text
+from .logs import REQUEST_ATTRIBUTE, mmobs_logger, safe_text
 from .metrics import STATUS_CLASSES
 from .request_metrics import RequestRecorder, RouteSeries
 from .routing import RouteResolver, endpoint_templates
@@ -69,7 +69,7 @@ HEALTH_PATH = "/healthz"
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 #: (method, path) pairs whose route template and series are remembered: like the route cache, bounded.
 _TARGETS = 1024
-_log = structlog.get_logger("mmobs")
+_log = mmobs_logger()
 @functools.cache
 def _log_context_vars() -> tuple[contextvars.ContextVar[Any], contextvars.ContextVar[Any]]:
     """structlog's own context variables for ``request_id`` and ``route``.

@@ -407,3 +407,25 @@ def test_two_processes_sum_exactly_in_multiprocess_dir(tmp_path: Path):
     )
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["42.0", "42.0"]
+
+
+_UNCONFIGURED_PROBE = """
+from mmobs import ImageMediaIO, MultiModalHasher
+from tests import golden
+media = ImageMediaIO().load_bytes(golden.input_bytes("bad-exif-header.jpg"))
+MultiModalHasher.hash_kwargs("blake3", image=media)
+"""
+
+
+def test_events_keep_one_line_where_nobody_configured_structlog():
+    """In an application that never configures structlog (vLLM), a fallback is one console line.
+
+    structlog's default renderer would print the ``exception`` field as a
+    traceback below the line; mmobs keeps its label inline instead.
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", _UNCONFIGURED_PROBE], capture_output=True, text=True, timeout=60, check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    (line,) = result.stdout.splitlines()
+    assert "exif_fallback" in line and "exception_type=SyntaxError" in line and "kind=media_with_bytes" in line
