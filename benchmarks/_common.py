@@ -29,11 +29,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(ROOT))]
 )
 
+import _harness as harness  # noqa: E402
 import numpy as np  # noqa: E402
 from blake3 import blake3  # noqa: E402
 from PIL import Image  # noqa: E402
 
-import _harness as harness  # noqa: E402
 from mmobs import MultiModalHasher, observing  # noqa: E402
 from mmobs.instrument import Instrumentation, set_hasher_info  # noqa: E402
 
@@ -160,11 +160,18 @@ def private_instrumentation(**options: Any) -> Instrumentation:
 def asgi_scope(path: str = "/ping") -> dict[str, Any]:
     """A minimal HTTP scope, with the headers a load generator sends."""
     return {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-        "method": "GET", "scheme": "http", "path": path, "raw_path": path.encode(),
-        "query_string": b"", "root_path": "",
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
         "headers": [(b"host", b"127.0.0.1:8000"), (b"user-agent", b"curl/8.5.0"), (b"accept", b"*/*")],
-        "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8000),
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8000),
     }
 
 

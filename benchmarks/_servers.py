@@ -80,8 +80,11 @@ def _stop(server: Server) -> None:
 
 
 @contextlib.contextmanager
-def servers(specs: Sequence[tuple[str, list[str], str] | tuple[str, list[str], str, dict[str, str]]],
-            *, ready_timeout: float = 60.0) -> Iterator[dict[str, Server]]:
+def servers(
+    specs: Sequence[tuple[str, list[str], str] | tuple[str, list[str], str, dict[str, str]]],
+    *,
+    ready_timeout: float = 60.0,
+) -> Iterator[dict[str, Server]]:
     """Start ``(name, argv with {port}, readiness path[, extra env])`` servers; stop them all."""
     started: dict[str, Server] = {}
     logdir = tempfile.mkdtemp(prefix="mmobs-bench-")
@@ -112,8 +115,21 @@ def servers(specs: Sequence[tuple[str, list[str], str] | tuple[str, list[str], s
 
 
 def uvicorn_argv(target: str, *, app_dir: str, factory: bool = True, log_level: str = "warning") -> list[str]:
-    argv = [sys.executable, "-m", "uvicorn", target, "--app-dir", app_dir, "--host", HOST,
-            "--port", "{port}", "--log-level", log_level, "--no-access-log"]
+    argv = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        target,
+        "--app-dir",
+        app_dir,
+        "--host",
+        HOST,
+        "--port",
+        "{port}",
+        "--log-level",
+        log_level,
+        "--no-access-log",
+    ]
     if factory:
         argv.append("--factory")
     return argv
@@ -159,8 +175,9 @@ def _seconds(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)] if match else float("nan")
 
 
-def wrk(url: str, *, duration: float, connections: int, threads: int = 1,
-        script: str | None = None, timeout: float = 10.0) -> WrkResult:
+def wrk(
+    url: str, *, duration: float, connections: int, threads: int = 1, script: str | None = None, timeout: float = 10.0
+) -> WrkResult:
     """One bounded wrk run against ``url`` (loopback only)."""
     if not url.startswith(f"http://{HOST}:"):
         raise ValueError("the load generator only targets 127.0.0.1")
@@ -199,7 +216,7 @@ def post_script(body_path: str, directory: str, content_type: str = "application
             'wrk.method = "POST"\n'
             f'wrk.headers["Content-Type"] = "{content_type}"\n'
             f'local f = assert(io.open("{body_path}", "rb"))\n'
-            "wrk.body = f:read(\"*a\")\n"
+            'wrk.body = f:read("*a")\n'
             "f:close()\n"
         )
     return path

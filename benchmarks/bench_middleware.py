@@ -20,12 +20,11 @@ import statistics
 import time
 from typing import Any
 
-import structlog
-from _common import HERE, Config, asgi_scope
-
 import _harness as harness
 import _servers as servers
 import apps
+import structlog
+from _common import HERE, Config, asgi_scope
 
 #: Requests per in-process sample (one event loop, the app awaited directly).
 BATCH = 200
@@ -112,17 +111,27 @@ def _in_process(cfg: Config, out: harness.Report, factories: dict[str, Any]) -> 
     for name, s in stats.items():
         added = s.delta / BATCH
         target = harness.verdict(added <= TARGET_ADDED_US * 1e-6) if name == "mmobs" else "-"
-        rows.append([name, harness.fmt_us(s.median / BATCH), harness.fmt_us(added) if name != "bare" else "-",
-                     harness.fmt_ratio(s.ratio), target])
+        rows.append(
+            [
+                name,
+                harness.fmt_us(s.median / BATCH),
+                harness.fmt_us(added) if name != "bare" else "-",
+                harness.fmt_ratio(s.ratio),
+                target,
+            ]
+        )
     out("### 4a. In process, CPU time")
     out()
-    out(f"The app awaited directly (`await app(scope, receive, send)`, a GET scope with three headers, {BATCH} "
+    out(
+        f"The app awaited directly (`await app(scope, receive, send)`, a GET scope with three headers, {BATCH} "
         f"requests per sample, one event loop), {cfg.rounds * 2} interleaved rounds, CPU time of this process "
         "(`time.process_time`). Added = median per-round difference to the bare app. `mmobs + access log` "
-        "also writes its canonical `http_request` line (`mmobs serve`'s default) as JSON to /dev/null.")
+        "also writes its canonical `http_request` line (`mmobs serve`'s default) as JSON to /dev/null."
+    )
     out()
-    out(harness.table(["app", "us per request", "added us", "vs bare", f"target mmobs <= {TARGET_ADDED_US:g} us"],
-                      rows))
+    out(
+        harness.table(["app", "us per request", "added us", "vs bare", f"target mmobs <= {TARGET_ADDED_US:g} us"], rows)
+    )
     out()
 
 
@@ -166,18 +175,22 @@ def _breakdown(cfg: Config, out: harness.Report) -> None:
 
     cases = {
         "request id (os.urandom(16).hex()) and body size, from the headers": lambda: middleware._read_headers(scope),
-        "route template and series (cached by method and path)":
-            lambda: middleware._targets.get((scope["method"], scope["path"])) or middleware._target(scope),
+        "route template and series (cached by method and path)": lambda: (
+            middleware._targets.get((scope["method"], scope["path"])) or middleware._target(scope)
+        ),
         "RequestStats and structlog's request_id/route, set and reset": context,
         "response header appended to the raw list": header,
         "metrics: start + finish (one lock; flushed on scrape)": metrics,
     }
-    stats = harness.compare(cases, baseline="response header appended to the raw list", rounds=cfg.rounds,
-                            clock=time.process_time)
+    stats = harness.compare(
+        cases, baseline="response header appended to the raw list", rounds=cfg.rounds, clock=time.process_time
+    )
     out("### 4b. Where MMObsMiddleware's time goes")
     out()
-    out("Its pieces timed alone, hot (so they add up to less than the added time above, which also pays for "
-        "the wrapped `send` and `receive`, the objects of a request and colder caches):")
+    out(
+        "Its pieces timed alone, hot (so they add up to less than the added time above, which also pays for "
+        "the wrapped `send` and `receive`, the objects of a request and colder caches):"
+    )
     out()
     out(harness.table(["piece", "us"], [[name, harness.fmt_us(s.median)] for name, s in stats.items()]))
     out()
@@ -211,28 +224,50 @@ def _over_http(cfg: Config, out: harness.Report, factories: dict[str, Any]) -> N
     bare = runs["bare"]
     rows = []
     for name, samples in runs.items():
-        ratio = statistics.median(r.requests_per_second / b.requests_per_second for (r, _), (b, _) in zip(samples, bare))
+        ratio = statistics.median(
+            r.requests_per_second / b.requests_per_second for (r, _), (b, _) in zip(samples, bare)
+        )
         cpu_ratio = statistics.median(b_cpu / cpu for (_, cpu), (_, b_cpu) in zip(samples, bare))
         added = statistics.median(cpu - b_cpu for (_, cpu), (_, b_cpu) in zip(samples, bare))
-        rows.append([
-            name,
-            f"{statistics.median(r.requests_per_second for r, _ in samples):,.0f}",
-            f"{ratio:.3f}x",
-            harness.fmt_us(statistics.median(cpu for _, cpu in samples)),
-            harness.fmt_us(added) if name != "bare" else "-",
-            f"{cpu_ratio:.3f}x",
-            harness.fmt_time(statistics.median(r.latency_p99 for r, _ in samples)),
-            str(sum(r.non_2xx + r.errors for r, _ in samples)),
-            harness.verdict(ratio >= TARGET_HTTP_RATIO and cpu_ratio >= TARGET_HTTP_RATIO) if name == "mmobs" else "-",
-        ])
-    out(f"One uvicorn process per app (1 worker, asyncio loop, h11 unless httptools is installed, access log "
+        rows.append(
+            [
+                name,
+                f"{statistics.median(r.requests_per_second for r, _ in samples):,.0f}",
+                f"{ratio:.3f}x",
+                harness.fmt_us(statistics.median(cpu for _, cpu in samples)),
+                harness.fmt_us(added) if name != "bare" else "-",
+                f"{cpu_ratio:.3f}x",
+                harness.fmt_time(statistics.median(r.latency_p99 for r, _ in samples)),
+                str(sum(r.non_2xx + r.errors for r, _ in samples)),
+                harness.verdict(ratio >= TARGET_HTTP_RATIO and cpu_ratio >= TARGET_HTTP_RATIO)
+                if name == "mmobs"
+                else "-",
+            ]
+        )
+    out(
+        f"One uvicorn process per app (1 worker, asyncio loop, h11 unless httptools is installed, access log "
         f"off), all on 127.0.0.1; `wrk -t1 -c{connections} -d{cfg.http_seconds:g}s` against `GET /ping`, "
         f"{cfg.http_rounds} rounds with the apps in a shuffled order each round. `vs bare` is the median of "
         "per-round ratios of requests/s; `server CPU` is the server process's user + system CPU time per "
         "request in the same run (psutil), and `CPU vs bare` the median per-round ratio bare / app of it: the "
         "requests/s ratio a server that owned its core would see. wrk shares the two cores with the server "
-        "(and this machine with other work), so the absolute rates are low and the requests/s ratios noisy.")
+        "(and this machine with other work), so the absolute rates are low and the requests/s ratios noisy."
+    )
     out()
-    out(harness.table(["app", "requests/s", "vs bare", "server CPU us / request", "added CPU us", "CPU vs bare",
-                       "p99 latency", "errors/non-2xx", f"target mmobs >= {TARGET_HTTP_RATIO}x"], rows))
+    out(
+        harness.table(
+            [
+                "app",
+                "requests/s",
+                "vs bare",
+                "server CPU us / request",
+                "added CPU us",
+                "CPU vs bare",
+                "p99 latency",
+                "errors/non-2xx",
+                f"target mmobs >= {TARGET_HTTP_RATIO}x",
+            ],
+            rows,
+        )
+    )
     out()

@@ -9,27 +9,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import _harness as harness
+import naive
 import numpy as np
 from _common import Config, MiB, blake3_alone, keyer, mmobs_key, noisy_image, stream_of
 from blake3 import blake3
 from PIL import Image
 
-import _harness as harness
 import mmobs.pixels
-import naive
 
 
 def run(cfg: Config, out: harness.Report) -> None:
     out("## 1. Pixel-path keys (plain PIL images)")
     out()
-    out("`hash_kwargs(\"blake3\", image=img)` against blake3 alone over the identical framed stream "
-        "(built once with `b\"\".join(iter_item_to_bytes(\"image\", img))`), and against the "
-        "straightforward key (`naive.py`: `{\"mode\", \"data\": np.asarray(img)}` (+palette) "
+    out(
+        '`hash_kwargs("blake3", image=img)` against blake3 alone over the identical framed stream '
+        '(built once with `b"".join(iter_item_to_bytes("image", img))`), and against the '
+        'straightforward key (`naive.py`: `{"mode", "data": np.asarray(img)}` (+palette) '
         "framed per design.md). Every key was checked equal to blake3 over the stream and to the "
         f"naive key. Times are medians of {cfg.rounds} interleaved rounds; ratios are medians of "
         "per-round ratios to blake3 alone (± half the interquartile range). "
         "Peak = tracemalloc peak above the live memory before the call (Python allocations: "
-        "bytes chunks and NumPy arrays).")
+        "bytes chunks and NumPy arrays)."
+    )
     out()
     rows = []
     mem_rows = []
@@ -42,7 +44,10 @@ def run(cfg: Config, out: harness.Report) -> None:
             if keys != {expected}:
                 raise AssertionError(f"{mode} {label}: keys differ: {keys} vs {expected}")
             path = _pixel_path(image)
-            naive_key = lambda image=image: naive.naive_key(image=image)
+
+            def naive_key(image: Image.Image = image) -> str:
+                return naive.naive_key(image=image)
+
             cases = {
                 "blake3 alone": blake3_alone(stream),
                 "mmobs": keyer(image),
@@ -51,31 +56,53 @@ def run(cfg: Config, out: harness.Report) -> None:
             }
             stats = harness.compare(cases, baseline="blake3 alone", rounds=cfg.rounds)
             ratio = stats["mmobs"].ratio
-            rows.append([
-                mode, label, f"{len(stream) / MiB:.1f}", path,
-                harness.fmt_time(stats["blake3 alone"].median),
-                harness.fmt_time(stats["mmobs"].median),
-                harness.fmt_ratio(ratio, stats["mmobs"].spread),
-                harness.fmt_ratio(stats["mmobs + default instr."].ratio),
-                harness.fmt_ratio(stats["np.asarray (naive)"].ratio),
-                (harness.verdict(ratio <= 1.3) if mode == "RGB" else "-"),
-            ])
+            rows.append(
+                [
+                    mode,
+                    label,
+                    f"{len(stream) / MiB:.1f}",
+                    path,
+                    harness.fmt_time(stats["blake3 alone"].median),
+                    harness.fmt_time(stats["mmobs"].median),
+                    harness.fmt_ratio(ratio, stats["mmobs"].spread),
+                    harness.fmt_ratio(stats["mmobs + default instr."].ratio),
+                    harness.fmt_ratio(stats["np.asarray (naive)"].ratio),
+                    (harness.verdict(ratio <= 1.3) if mode == "RGB" else "-"),
+                ]
+            )
             peak = harness.peak_extra_bytes(keyer(image))
-            mem_rows.append([
-                mode, label, harness.fmt_bytes(len(stream)), harness.fmt_bytes(peak),
-                harness.fmt_bytes(harness.peak_extra_bytes(naive_key)), harness.verdict(peak <= MiB),
-            ])
+            mem_rows.append(
+                [
+                    mode,
+                    label,
+                    harness.fmt_bytes(len(stream)),
+                    harness.fmt_bytes(peak),
+                    harness.fmt_bytes(harness.peak_extra_bytes(naive_key)),
+                    harness.verdict(peak <= MiB),
+                ]
+            )
             del image, stream
-    out(harness.table(
-        ["mode", "size", "stream MiB", "mmobs path", "blake3 alone", "mmobs", "mmobs / blake3",
-         "+ default instr.", "np.asarray / blake3", "target RGB <= 1.3x"],
-        rows,
-    ))
+    out(
+        harness.table(
+            [
+                "mode",
+                "size",
+                "stream MiB",
+                "mmobs path",
+                "blake3 alone",
+                "mmobs",
+                "mmobs / blake3",
+                "+ default instr.",
+                "np.asarray / blake3",
+                "target RGB <= 1.3x",
+            ],
+            rows,
+        )
+    )
     out()
     out("Extra peak memory per key (tracemalloc):")
     out()
-    out(harness.table(["mode", "size", "stream", "mmobs peak", "np.asarray peak", "target <= 1 MiB"],
-                mem_rows))
+    out(harness.table(["mode", "size", "stream", "mmobs peak", "np.asarray peak", "target <= 1 MiB"], mem_rows))
     out()
     _chunk_sweep(cfg, out)
 
@@ -92,6 +119,7 @@ def _pixel_path(image: Image.Image) -> str:
 
 def with_chunk_bytes(size: int, fn: Callable[[], object]) -> Callable[[], object]:
     """``fn`` run with ``mmobs.pixels.STREAM_CHUNK_BYTES`` set to ``size`` (it is read per call)."""
+
     def run() -> object:
         previous = mmobs.pixels.STREAM_CHUNK_BYTES
         mmobs.pixels.STREAM_CHUNK_BYTES = size
@@ -105,6 +133,7 @@ def with_chunk_bytes(size: int, fn: Callable[[], object]) -> Callable[[], object
 
 def pack_only(image: Image.Image) -> Callable[[], None]:
     """Pillow's raw encoder over the whole image, no hashing: what the repack costs alone."""
+
     def run() -> None:
         encoder = Image._getencoder(image.mode, "raw", image.mode)
         encoder.setimage(image.im, (0, 0, *image.size))
@@ -121,25 +150,38 @@ def _chunk_sweep(cfg: Config, out: harness.Report) -> None:
     """Where the streamed (RGB, multi-block RGBA) path's time goes, by chunk size."""
     current = mmobs.pixels.STREAM_CHUNK_BYTES
     sizes = sorted({96 * 1024, current, 512 * 1024})
-    out(f"Streamed path by `STREAM_CHUNK_BYTES` (now {current // 1024} KiB, 96 KiB before), ratio to "
+    out(
+        f"Streamed path by `STREAM_CHUNK_BYTES` (now {current // 1024} KiB, 96 KiB before), ratio to "
         "blake3 alone over the same stream, with the extra peak per key; `pack only` is Pillow's raw "
-        "encoder without hashing (what the RGB repack costs by itself).")
+        "encoder without hashing (what the RGB repack costs by itself)."
+    )
     out()
     rows = []
-    for mode, (label, width, height) in (("RGB", cfg.pixel_sizes[1]), ("RGB", cfg.pixel_sizes[2]),
-                                         ("RGBA", cfg.pixel_sizes[2])):
+    for mode, (label, width, height) in (
+        ("RGB", cfg.pixel_sizes[1]),
+        ("RGB", cfg.pixel_sizes[2]),
+        ("RGBA", cfg.pixel_sizes[2]),
+    ):
         image = noisy_image(mode, (width, height))
         stream = stream_of(image)
         keys = {size: with_chunk_bytes(size, keyer(image)) for size in sizes}
-        cases = {"blake3 alone": blake3_alone(stream), "pack only": pack_only(image),
-                 **{str(size): fn for size, fn in keys.items()}}
+        cases = {
+            "blake3 alone": blake3_alone(stream),
+            "pack only": pack_only(image),
+            **{str(size): fn for size, fn in keys.items()},
+        }
         stats = harness.compare(cases, baseline="blake3 alone", rounds=cfg.rounds)
-        rows.append([mode, label,
-                     *(f"{stats[str(size)].ratio:.2f}x / {harness.fmt_bytes(harness.peak_extra_bytes(fn))}"
-                       for size, fn in keys.items()),
-                     harness.fmt_ratio(stats["pack only"].ratio)])
+        rows.append(
+            [
+                mode,
+                label,
+                *(
+                    f"{stats[str(size)].ratio:.2f}x / {harness.fmt_bytes(harness.peak_extra_bytes(fn))}"
+                    for size, fn in keys.items()
+                ),
+                harness.fmt_ratio(stats["pack only"].ratio),
+            ]
+        )
         del image, stream
     out(harness.table(["mode", "size", *(f"{s // 1024} KiB" for s in sizes), "pack only"], rows))
     out()
-
-

@@ -190,6 +190,7 @@ def breakdown(report: H.Report, data: bytes, rounds: int) -> None:
         def run() -> object:
             with observing(None):
                 return call()
+
         return run
 
     cases: dict[str, Callable[[], object]] = {
@@ -247,8 +248,20 @@ def body_sink() -> Any:
 def through_service(
     report: H.Report, made: dict[tuple[str, float], bytes], rounds: int
 ) -> dict[tuple[str, float], float]:
-    argv = [sys.executable, "-m", "mmobs.cli", "serve", "--port", "{port}", "--log-level", "warning",
-            "--max-image-bytes", str(32 * 1024 * 1024), "--max-body-bytes", str(64 * 1024 * 1024)]
+    argv = [
+        sys.executable,
+        "-m",
+        "mmobs.cli",
+        "serve",
+        "--port",
+        "{port}",
+        "--log-level",
+        "warning",
+        "--max-image-bytes",
+        str(32 * 1024 * 1024),
+        "--max-body-bytes",
+        str(64 * 1024 * 1024),
+    ]
     env = {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     sink_argv = S.uvicorn_argv("key_path:body_sink", app_dir=str(HERE))
     rows, ratios_by_input = [], {}
@@ -269,11 +282,31 @@ def through_service(
             ratio = statistics.median(h / k for h, k in zip(samples["/v1/hash"], samples["/v1/keys"]))
             ceiling = statistics.median(h / b for h, b in zip(samples["/v1/hash"], samples["sink"]))
             ratios_by_input[(fmt, megabytes)] = ratio
-            rows.append([describe(data), f"{1 / median['/v1/keys']:,.0f}", f"{1 / median['/v1/hash']:,.1f}",
-                         f"{ratio:,.1f}x", f"{median['/v1/keys'] * 1e3:.2f} ms", f"{median['sink'] * 1e3:.2f} ms",
-                         f"{ceiling:,.1f}x"])
-    report(H.table(["input", "POST /v1/keys (img/s)", "POST /v1/hash (img/s)", "keys / hash", "keys latency",
-                    "body-sink latency", "hash / sink (ceiling)"], rows))
+            rows.append(
+                [
+                    describe(data),
+                    f"{1 / median['/v1/keys']:,.0f}",
+                    f"{1 / median['/v1/hash']:,.1f}",
+                    f"{ratio:,.1f}x",
+                    f"{median['/v1/keys'] * 1e3:.2f} ms",
+                    f"{median['sink'] * 1e3:.2f} ms",
+                    f"{ceiling:,.1f}x",
+                ]
+            )
+    report(
+        H.table(
+            [
+                "input",
+                "POST /v1/keys (img/s)",
+                "POST /v1/hash (img/s)",
+                "keys / hash",
+                "keys latency",
+                "body-sink latency",
+                "hash / sink (ceiling)",
+            ],
+            rows,
+        )
+    )
     return ratios_by_input
 
 

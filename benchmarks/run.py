@@ -39,10 +39,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _harness as harness  # noqa: E402
-from _common import FULL, QUICK, Config  # noqa: E402  (also puts this checkout first on sys.path)
+import _harness as harness
+from _common import FULL, QUICK, Config
 
-from mmobs.events import get_observer, set_observer  # noqa: E402
+from mmobs.events import get_observer, set_observer
 
 SECTIONS = ("pixels", "bytes", "instrumentation", "middleware", "service")
 
@@ -67,8 +67,12 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="a fast smoke run (a minute or two)")
-    parser.add_argument("--sections", nargs="+", metavar="SECTION",
-                        help=f"sections to run, space- or comma-separated (default: all of {', '.join(SECTIONS)})")
+    parser.add_argument(
+        "--sections",
+        nargs="+",
+        metavar="SECTION",
+        help=f"sections to run, space- or comma-separated (default: all of {', '.join(SECTIONS)})",
+    )
     parser.add_argument("--only", help="the same as --sections, comma-separated (older spelling)")
     parser.add_argument("--output", help="also write the report (Markdown) to this file")
     args = parser.parse_args(argv)

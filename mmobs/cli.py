@@ -48,9 +48,7 @@ def hash_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
         "algorithm": algorithm,
         "key_source": recorder.keyed[-1].key_source,
         "exif_fallback": fallback is not None,
-        "exif_error": (
-            f"{type(fallback.error).__name__}: {safe_text(fallback.error)}" if fallback else None
-        ),
+        "exif_error": (f"{type(fallback.error).__name__}: {safe_text(fallback.error)}" if fallback else None),
         "exif_transpose_failed": bool(recorder.transpose_failures),
         "format": media.media.format,
         "mode": media.media.mode,
@@ -225,12 +223,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(f"{report['file']}: {report.get('format')} {report.get('mode')} {report.get('size')}, "
-              f"{report['bytes']} bytes, EXIF segment {report['exif_segment_bytes']} bytes")
+        print(
+            f"{report['file']}: {report.get('format')} {report.get('mode')} {report.get('size')}, "
+            f"{report['bytes']} bytes, EXIF segment {report['exif_segment_bytes']} bytes"
+        )
         for name, result in report["paths"].items():
             print(f"  {name:15} {_describe_path(result)}")
         if "key_source" in report:
-            print(f"  key: from {report['key_source']}, EXIF fallback {'ran' if report['exif_fallback'] else 'not needed'}")
+            print(
+                f"  key: from {report['key_source']}, EXIF fallback {'ran' if report['exif_fallback'] else 'not needed'}"
+            )
     if "error" in report:
         print(f"mmobs: {args.file}: {report['error']}", file=sys.stderr)
         return 1
@@ -243,8 +245,10 @@ def _describe_path(result: dict[str, Any]) -> str:
     if result.get("raises"):
         text = f"getexif() raises {result['raises']}"
     else:
-        text = (f"ok: {result['tags']} tags, orientation={result['orientation']}, "
-                f"ImageID={result['image_id']} ({result['image_id_type']})")
+        text = (
+            f"ok: {result['tags']} tags, orientation={result['orientation']}, "
+            f"ImageID={result['image_id']} ({result['image_id_type']})"
+        )
     if result.get("warnings"):
         text += f"; warnings: {'; '.join(result['warnings'])}"
     return text
@@ -469,8 +473,11 @@ def build_parser() -> argparse.ArgumentParser:
     hash_parser.add_argument("--algorithm", choices=ALGORITHMS, default="blake3", help="the digest of the key")
     hash_parser.add_argument("--image-mode", type=_image_mode, default="RGB", help="mode the loader converts to")
     hash_parser.add_argument("--json", action="store_true", help="one JSON object per line")
-    hash_parser.add_argument("--no-decode", action="store_true",
-                             help="key from the header, decoding only where it cannot decide (as POST /v1/keys)")
+    hash_parser.add_argument(
+        "--no-decode",
+        action="store_true",
+        help="key from the header, decoding only where it cannot decide (as POST /v1/keys)",
+    )
     hash_parser.set_defaults(handler=cmd_hash)
 
     inspect_parser = command("inspect", "explain a file's EXIF on every load path")
@@ -486,59 +493,146 @@ def build_parser() -> argparse.ArgumentParser:
     serve = command("serve", "run the reference service (POST /v1/hash, GET /metrics)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on")
-    serve.add_argument("--workers", type=_positive, default=1,
-                       help="server processes; above 1 the metrics are summed over all of them")
-    serve.add_argument("--log-format", choices=("json", "console"), default="json",
-                       help="json: one object a line on stderr, uvicorn's records and warnings included; "
-                            "console: for people")
-    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
-                       help="the lowest level logged")
-    serve.add_argument("--request-log", action=argparse.BooleanOptionalAction, default=defaults.request_log,
-                       help="one canonical http_request line per request (request id, route, status, duration, "
-                            "images, fallbacks, bad-image reason)")
-    serve.add_argument("--max-body-bytes", type=_positive, default=defaults.max_body_bytes, metavar="B",
-                       help="largest request body; above it: 413")
-    serve.add_argument("--max-images", type=_positive, default=defaults.max_images, metavar="N",
-                       help="most images in one request")
-    serve.add_argument("--max-pixels", type=_positive, default=defaults.max_pixels, metavar="P",
-                       help="most pixels (width x height) of one image; above it: too_many_pixels")
-    serve.add_argument("--max-image-bytes", type=_positive, default=defaults.max_image_bytes, metavar="B",
-                       help="largest encoded image; above it: too_large")
-    serve.add_argument("--image-formats", type=_formats, default=defaults.image_formats, metavar="FMT,FMT|any",
-                       help="Pillow formats to open ('any' for all)")
+    serve.add_argument(
+        "--workers", type=_positive, default=1, help="server processes; above 1 the metrics are summed over all of them"
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=("json", "console"),
+        default="json",
+        help="json: one object a line on stderr, uvicorn's records and warnings included; console: for people",
+    )
+    serve.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), default="info", help="the lowest level logged"
+    )
+    serve.add_argument(
+        "--request-log",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.request_log,
+        help="one canonical http_request line per request (request id, route, status, duration, "
+        "images, fallbacks, bad-image reason)",
+    )
+    serve.add_argument(
+        "--max-body-bytes",
+        type=_positive,
+        default=defaults.max_body_bytes,
+        metavar="B",
+        help="largest request body; above it: 413",
+    )
+    serve.add_argument(
+        "--max-images", type=_positive, default=defaults.max_images, metavar="N", help="most images in one request"
+    )
+    serve.add_argument(
+        "--max-pixels",
+        type=_positive,
+        default=defaults.max_pixels,
+        metavar="P",
+        help="most pixels (width x height) of one image; above it: too_many_pixels",
+    )
+    serve.add_argument(
+        "--max-image-bytes",
+        type=_positive,
+        default=defaults.max_image_bytes,
+        metavar="B",
+        help="largest encoded image; above it: too_large",
+    )
+    serve.add_argument(
+        "--image-formats",
+        type=_formats,
+        default=defaults.image_formats,
+        metavar="FMT,FMT|any",
+        help="Pillow formats to open ('any' for all)",
+    )
     serve.add_argument("--metrics-path", default=defaults.metrics_path, help="where the metrics are served")
     serve.add_argument("--no-metrics", action="store_true", help="do not serve metrics")
-    serve.add_argument("--metrics-port", type=_positive, default=None, metavar="P",
-                       help="serve the metrics on this port instead of --metrics-path")
-    serve.add_argument("--metrics-token", default=None, metavar="T",
-                       help="require this bearer token on the metrics (or MMOBS_METRICS_TOKEN)")
-    serve.add_argument("--allow-remote-host", action="append", default=[], metavar="HOST",
-                       help="allow fetching http(s) image URLs from HOST (repeatable)")
-    serve.add_argument("--fetch-allow-private", action="store_true",
-                       help="let remote fetches reach private/loopback addresses (testing only)")
-    serve.add_argument("--limit-concurrency", type=_positive, default=defaults.max_connections, metavar="N",
-                       help="open connections per server process; at the cap a new connection "
-                            "closes the oldest one that has no request being answered")
-    serve.add_argument("--header-timeout", type=_positive_float, default=defaults.header_timeout_seconds, metavar="S",
-                       help="seconds a connection has to send a request's headers")
-    serve.add_argument("--body-timeout", type=_positive_float, default=defaults.body_timeout_seconds, metavar="S",
-                       help="seconds a request has to send its whole body")
-    serve.add_argument("--decode-workers", type=_non_negative, default=defaults.decode_workers, metavar="N",
-                       help="decode worker processes per server process (0 decodes in the "
-                            "server process, without CPU or memory limits)")
-    serve.add_argument("--max-request-cpu-seconds", type=_positive_float, default=defaults.max_request_cpu_seconds,
-                       metavar="S", help="CPU time one request's decoding and keying may use; "
-                                         "beyond it the image is refused as too_costly")
-    serve.add_argument("--max-decode-memory-mib", type=_positive, metavar="MIB",
-                       default=defaults.max_decode_memory_bytes >> 20,
-                       help="memory decoding one image may use; beyond it: too_costly")
-    serve.add_argument("--decode-queue", type=_positive, default=defaults.decode_queue, metavar="N",
-                       help="requests that may wait for a decode worker; beyond it: 503")
-    serve.add_argument("--decode-queue-timeout", type=_positive_float, metavar="S",
-                       default=defaults.decode_queue_timeout_seconds,
-                       help="seconds a request may wait for a decode worker; then 503")
-    serve.add_argument("--access-log", action="store_true",
-                       help="also let uvicorn log every request (in the same format, with the request id)")
+    serve.add_argument(
+        "--metrics-port",
+        type=_positive,
+        default=None,
+        metavar="P",
+        help="serve the metrics on this port instead of --metrics-path",
+    )
+    serve.add_argument(
+        "--metrics-token",
+        default=None,
+        metavar="T",
+        help="require this bearer token on the metrics (or MMOBS_METRICS_TOKEN)",
+    )
+    serve.add_argument(
+        "--allow-remote-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="allow fetching http(s) image URLs from HOST (repeatable)",
+    )
+    serve.add_argument(
+        "--fetch-allow-private",
+        action="store_true",
+        help="let remote fetches reach private/loopback addresses (testing only)",
+    )
+    serve.add_argument(
+        "--limit-concurrency",
+        type=_positive,
+        default=defaults.max_connections,
+        metavar="N",
+        help="open connections per server process; at the cap a new connection "
+        "closes the oldest one that has no request being answered",
+    )
+    serve.add_argument(
+        "--header-timeout",
+        type=_positive_float,
+        default=defaults.header_timeout_seconds,
+        metavar="S",
+        help="seconds a connection has to send a request's headers",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=_positive_float,
+        default=defaults.body_timeout_seconds,
+        metavar="S",
+        help="seconds a request has to send its whole body",
+    )
+    serve.add_argument(
+        "--decode-workers",
+        type=_non_negative,
+        default=defaults.decode_workers,
+        metavar="N",
+        help="decode worker processes per server process (0 decodes in the "
+        "server process, without CPU or memory limits)",
+    )
+    serve.add_argument(
+        "--max-request-cpu-seconds",
+        type=_positive_float,
+        default=defaults.max_request_cpu_seconds,
+        metavar="S",
+        help="CPU time one request's decoding and keying may use; beyond it the image is refused as too_costly",
+    )
+    serve.add_argument(
+        "--max-decode-memory-mib",
+        type=_positive,
+        metavar="MIB",
+        default=defaults.max_decode_memory_bytes >> 20,
+        help="memory decoding one image may use; beyond it: too_costly",
+    )
+    serve.add_argument(
+        "--decode-queue",
+        type=_positive,
+        default=defaults.decode_queue,
+        metavar="N",
+        help="requests that may wait for a decode worker; beyond it: 503",
+    )
+    serve.add_argument(
+        "--decode-queue-timeout",
+        type=_positive_float,
+        metavar="S",
+        default=defaults.decode_queue_timeout_seconds,
+        help="seconds a request may wait for a decode worker; then 503",
+    )
+    serve.add_argument(
+        "--access-log",
+        action="store_true",
+        help="also let uvicorn log every request (in the same format, with the request id)",
+    )
     serve.set_defaults(handler=cmd_serve)
     return parser
 

@@ -33,6 +33,4 @@ class RequestStats:
     bad_image_reason: str | None = None
 
 
-current_request: contextvars.ContextVar[RequestStats | None] = contextvars.ContextVar(
-    "mmobs_request", default=None
-)
+current_request: contextvars.ContextVar[RequestStats | None] = contextvars.ContextVar("mmobs_request", default=None)

@@ -27,7 +27,6 @@ BadImageReason = Literal[
     "bad_data_url",
     "unsupported_url",
     "fetch_failed",
-    "too_costly",
 ]
 
 _MEANINGS: dict[BadImageReason, str] = {
@@ -39,15 +38,15 @@ _MEANINGS: dict[BadImageReason, str] = {
     "corrupt": "the image data is damaged and cannot be decoded",
     "too_many_pixels": "width x height exceeds the configured pixel limit",
     "too_costly": (
-        "the file's structure would cost far more to decode than a plain image of its size "
-        "(metadata floods, repeated scans, oversized tiles or canvases); the message names what to change"
+        "decoding the image would cost far more CPU time or memory than a plain image of its size: its "
+        "structure (metadata floods, repeated scans, oversized tiles or canvases) or the service's hard "
+        "limits say so; the message names what to change"
     ),
     "unsupported_mode": "the image cannot be converted to the requested mode",
     "bad_base64": "the base64 payload is not valid base64",
     "bad_data_url": "the data: URL is malformed or not base64-encoded",
     "unsupported_url": "the URL scheme or host is not allowed",
     "fetch_failed": "fetching the remote image failed",
-    "too_costly": "decoding the image would cost far more CPU time or memory than a plain image of its size",
 }
 
 #: Every reason (the ``BadImageReason`` literal, in its order), with what it means

@@ -185,9 +185,7 @@ NULL_OBSERVER = HashObserver()
 #: ``None`` until someone chooses: then the default instrumentation, on first use.
 _global_observer: HashObserver | None = None
 _default_lock = threading.Lock()
-_context_observer: contextvars.ContextVar[HashObserver | None] = contextvars.ContextVar(
-    "mmobs_observer", default=None
-)
+_context_observer: contextvars.ContextVar[HashObserver | None] = contextvars.ContextVar("mmobs_observer", default=None)
 
 
 def get_observer() -> HashObserver:

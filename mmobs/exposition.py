@@ -22,15 +22,11 @@ from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
 from .http_errors import error_body, send_json
+from .metrics import multiprocess_dir
 
-__all__ = ["MetricsEndpoint", "accepts_gzip", "multiprocess_dir", "render", "scrape_registry"]
+__all__ = ["MetricsEndpoint", "accepts_gzip", "render", "scrape_registry"]
 
 _LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db$")
-
-
-def multiprocess_dir() -> str | None:
-    """The multiprocess directory in force, if any."""
-    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir")
 
 
 def scrape_registry(registry: CollectorRegistry | None = None) -> CollectorRegistry:
@@ -46,7 +42,9 @@ def scrape_registry(registry: CollectorRegistry | None = None) -> CollectorRegis
 
 def _forget_dead_processes(path: str) -> None:
     """Remove the live-gauge files of processes that no longer exist."""
-    pids = {int(m.group(1)) for f in glob.glob(os.path.join(path, "gauge_live*.db")) if (m := _LIVE_GAUGE_FILE.search(f))}
+    pids = {
+        int(m.group(1)) for f in glob.glob(os.path.join(path, "gauge_live*.db")) if (m := _LIVE_GAUGE_FILE.search(f))
+    }
     for pid in pids:
         try:
             os.kill(pid, 0)

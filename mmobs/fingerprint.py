@@ -76,9 +76,7 @@ def _reference_inputs() -> dict[str, Callable[[], dict[str, Any]]]:
     inputs: dict[str, Callable[[], dict[str, Any]]] = {}
     for name in files:
         inputs[f"open:{name}"] = lambda name=name: {"image": _opened(name)}
-        inputs[f"media:{name}"] = lambda name=name: {
-            "image": ImageMediaIO().load_bytes(_reference_bytes(name))
-        }
+        inputs[f"media:{name}"] = lambda name=name: {"image": ImageMediaIO().load_bytes(_reference_bytes(name))}
         inputs[f"pixels:{name}"] = lambda name=name: {
             "image": ImageMediaIO(image_mode=None).load_bytes(_reference_bytes(name)).media
         }

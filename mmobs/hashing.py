@@ -328,7 +328,7 @@ def _read_image_id(
     try:
         exif = image.getexif()
         # ``exif.get`` reads the tag the same way; asking first spares the KeyError of the usual absence.
-        image_id = exif[IMAGE_ID_TAG] if IMAGE_ID_TAG in exif else None
+        image_id = exif[IMAGE_ID_TAG] if IMAGE_ID_TAG in exif else None  # noqa: SIM401
     except Exception as error:  # noqa: BLE001 - tolerated by design, and reported
         observer.exif_fallback(ExifFallback(kind, error, fallback, image, original))
         return None

@@ -306,7 +306,7 @@ class ImageMediaIO:
             return image.convert(mode)
         except MemoryError:
             raise
-        except Exception as error:  # noqa: BLE001 - Pillow raises ValueError, OSError...
+        except Exception as error:
             raise BadImageError(
                 "unsupported_mode",
                 f"cannot convert a {image.mode} image to {mode}: {error}",
@@ -360,13 +360,9 @@ def parse_data_url(url: str) -> tuple[str, str]:
     media_type, *params = header.split(";")
     media_type = media_type.strip().lower()
     if "base64" not in (p.strip().lower() for p in params):
-        raise BadImageError(
-            "bad_data_url", "the data: URL is not base64-encoded; use data:image/<type>;base64,..."
-        )
+        raise BadImageError("bad_data_url", "the data: URL is not base64-encoded; use data:image/<type>;base64,...")
     if not (media_type.startswith("image/") or media_type in _DATA_URL_MEDIA_TYPES):
-        raise BadImageError(
-            "bad_data_url", f"the data: URL media type must be image/*, not {media_type[:40]!r}"
-        )
+        raise BadImageError("bad_data_url", f"the data: URL media type must be image/*, not {media_type[:40]!r}")
     return media_type, payload
 
 
@@ -403,9 +399,7 @@ def _validate_formats(formats: Sequence[str] | None) -> tuple[str, ...] | None:
 
 
 def _too_large(size: int, limit: int) -> BadImageError:
-    return BadImageError(
-        "too_large", f"the image is {size} bytes, above the limit of {limit} bytes"
-    )
+    return BadImageError("too_large", f"the image is {size} bytes, above the limit of {limit} bytes")
 
 
 def _decode_base64(data: str | bytes, max_bytes: int) -> bytes:
@@ -440,9 +434,7 @@ def _open(data: bytes, formats: tuple[str, ...] | None) -> Image.Image:
     try:
         image = Image.open(BytesIO(data), formats=_identification_order(formats))
     except UnidentifiedImageError:
-        raise BadImageError(
-            "unidentified", f"the bytes are not an image in an accepted format ({accepted})"
-        ) from None
+        raise BadImageError("unidentified", f"the bytes are not an image in an accepted format ({accepted})") from None
     except PixelLimitExceeded as error:
         raise BadImageError("too_many_pixels", str(error)) from None
     except MemoryError:

@@ -13,7 +13,6 @@ counter never is.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
@@ -40,15 +39,13 @@ from .events import (
 )
 from .fingerprint import process_fingerprint
 from .logs import mmobs_logger, safe_text
-from .metrics import HasherMetrics, exception_label, request_exemplar
+from .metrics import HasherMetrics, exception_label, multiprocess_dir, request_exemplar
 
 __all__ = ["Instrumentation", "content_digest", "default_instrumentation", "install", "metrics_for", "set_hasher_info"]
 
 _DIGEST_HEX_CHARS = 16
 _DEFAULT: Any = object()
-_metrics_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, HasherMetrics] = (
-    weakref.WeakKeyDictionary()
-)
+_metrics_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, HasherMetrics] = weakref.WeakKeyDictionary()
 
 
 def metrics_for(registry: CollectorRegistry | None = None) -> HasherMetrics:
@@ -137,7 +134,7 @@ class Instrumentation(HashObserver):
         self._limiter = _LogLimiter(log_interval_seconds) if log_interval_seconds else None
         self._hasher_info_pending = hasher_info
         self._pillow = PIL.__version__
-        self._multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir"))
+        self._multiprocess = multiprocess_dir() is not None
 
     # -- hooks ----------------------------------------------------------------
 

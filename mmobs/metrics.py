@@ -16,6 +16,7 @@ Children are cached in dicts so the hot path is a dict lookup and an ``inc``.
 from __future__ import annotations
 
 import math
+import os
 import struct
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
@@ -45,6 +46,7 @@ __all__ = [
     "exception_label",
     "fast_inc",
     "fast_observe",
+    "multiprocess_dir",
     "request_exemplar",
 ]
 
@@ -104,9 +106,7 @@ class MetricSpec:
     options: dict[str, Any] = field(default_factory=dict)
 
     def build(self, registry: CollectorRegistry, **overrides: Any) -> Any:
-        return self.type(
-            self.name, self.documentation, self.labels, registry=registry, **{**self.options, **overrides}
-        )
+        return self.type(self.name, self.documentation, self.labels, registry=registry, **{**self.options, **overrides})
 
 
 HASHER_METRICS: tuple[MetricSpec, ...] = (
@@ -246,6 +246,12 @@ def fast_observe(child: Any) -> Callable[[float], None]:
         bucket_incs[bisect_left(bounds, amount)](1)
 
     return observe
+
+
+def multiprocess_dir() -> str | None:
+    """The ``PROMETHEUS_MULTIPROC_DIR`` in force, if any: then every value lives in shared files."""
+    # The lower-case spelling is prometheus_client's older name for the same setting.
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir")  # noqa: SIM112
 
 
 @lru_cache(maxsize=512)

@@ -51,12 +51,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .context import RequestStats, current_request
 from .errors import BadImageError
 from .events import get_observer
-from .exposition import MetricsEndpoint, multiprocess_dir
+from .exposition import MetricsEndpoint
 from .http_errors import bad_image_body, error_body, send_json
 from .image_io import bad_image_from_pillow, pillow_error_reason, report_bad_image
 from .instrument import Instrumentation, install, metrics_for, set_hasher_info
 from .logs import REQUEST_ATTRIBUTE, mmobs_logger, safe_text
-from .metrics import STATUS_CLASSES
+from .metrics import STATUS_CLASSES, multiprocess_dir
 from .request_metrics import RequestRecorder, RouteSeries
 from .routing import RouteResolver, endpoint_templates
 
@@ -70,6 +70,8 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 #: (method, path) pairs whose route template and series are remembered: like the route cache, bounded.
 _TARGETS = 1024
 _log = mmobs_logger()
+
+
 @functools.cache
 def _log_context_vars() -> tuple[contextvars.ContextVar[Any], contextvars.ContextVar[Any]]:
     """structlog's own context variables for ``request_id`` and ``route``.
@@ -247,7 +249,7 @@ class MMObsMiddleware:
             series.start()
         try:
             await (endpoint or self.app)(scope, receive if body is None else body.receive, response.send)
-        except Exception as raised:  # noqa: BLE001 - answered, then re-raised unless it is a bad image
+        except Exception as raised:
             error = raised
             bad_image = self._as_bad_image(raised)
             if bad_image is not None:
@@ -384,6 +386,7 @@ class MMObsMiddleware:
         if size < 0 and not chunked and scope.get("http_version", "1.1") in ("1.1", "1.0"):
             size = 0
         return request_id or os.urandom(16).hex(), size
+
 
 _INTERNAL_ERROR = error_body(
     "internal error; the request id names it in the server log", code="internal_error", type="server_error"

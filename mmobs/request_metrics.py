@@ -199,7 +199,7 @@ class _DeferredSeries(RouteSeries):
         if cells[11] != flushed[11]:
             self._fallback_child().inc(cells[11] - flushed[11])
         self._in_progress.set(cells[12] - cells[13])
-        for histogram, bounds, at in zip(self._histograms, self._bounds, self._offsets):
+        for histogram, bounds, at in zip(self._histograms, self._bounds, self._offsets, strict=True):
             for index, bucket in enumerate(histogram._buckets):
                 delta = cells[at + index] - flushed[at + index]
                 if delta:

@@ -193,7 +193,9 @@ class HashService:
             return _busy("the server ran out of memory handling this request", 5)
         except ClientDisconnect:
             # Nobody is left to answer; a client fault, never a server error.
-            return _error_response(RequestError(400, "client_disconnected", "the client left before sending the whole body"))
+            return _error_response(
+                RequestError(400, "client_disconnected", "the client left before sending the whole body")
+            )
         except Exception as error:  # noqa: BLE001 - a bug: a 500 with the request id, and its traceback logged
             _log.error("internal_error", error_type=type(error).__name__, error=safe_text(error), exc_info=True)
             return JSONResponse(
@@ -283,7 +285,9 @@ class HashService:
         budget.spend(outcome.get("cpu_seconds", budget.left))
         status = outcome["status"]
         if status == "parsed":
-            return outcome["options"], [_Source(param, url=url) for param, url in zip(outcome["params"], urls)]
+            return outcome["options"], [
+                _Source(param, url=url) for param, url in zip(outcome["params"], urls, strict=True)
+            ]
         if status == "request_error":
             raise RequestError(*outcome["error"])
         if status == "too_costly":
@@ -347,9 +351,7 @@ class HashService:
         except BadImageError as error:
             raise report_bad_image(error.with_param(source.param)) from None
 
-    async def _key(
-        self, data: bytes, options: HashOptions, budget: _Budget, param: str, task: str
-    ) -> dict[str, Any]:
+    async def _key(self, data: bytes, options: HashOptions, budget: _Budget, param: str, task: str) -> dict[str, Any]:
         shared = budget.left < budget.limit  # earlier work of this request spent some of it
         if budget.left <= 0.001:
             raise self._too_costly({"resource": "cpu"}, shared, param)
@@ -497,7 +499,9 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
 
 async def _server_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(
-        error_body("internal error; the request id names it in the server log", code="internal_error", type="server_error"),
+        error_body(
+            "internal error; the request id names it in the server log", code="internal_error", type="server_error"
+        ),
         status_code=500,
     )
 

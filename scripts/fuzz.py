@@ -64,7 +64,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fuzzing import (  # noqa: E402
+from fuzzing import (
     CONTAINERS,
     EXIF_FLAG,
     FUZZ_MAX_PIXELS,

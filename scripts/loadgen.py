@@ -137,8 +137,13 @@ def main() -> None:
     parser.add_argument("--refused-every", type=int, default=None)
     args = parser.parse_args()
     result = asyncio.run(
-        run_load(args.url, requests=args.requests, concurrency=args.concurrency, fallback_every=args.fallback_every,
-                 refused_every=args.refused_every)
+        run_load(
+            args.url,
+            requests=args.requests,
+            concurrency=args.concurrency,
+            fallback_every=args.fallback_every,
+            refused_every=args.refused_every,
+        )
     )
     print(json.dumps(result.summary(), indent=2))
 

@@ -16,8 +16,8 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from scripts.corpus import *  # noqa: F403 - the corpus's public names
-from scripts.corpus import __all__, main  # noqa: F401
+from scripts.corpus import *  # noqa: E402, F403 - the corpus's public names
+from scripts.corpus import __all__, main  # noqa: E402, F401
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

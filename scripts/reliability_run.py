@@ -34,8 +34,8 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from scripts.loadgen import run_load  # noqa: E402
-from tests.support import ServiceProcess  # noqa: E402
+from scripts.loadgen import run_load
+from tests.support import ServiceProcess
 
 
 def counter(text: str, name: str) -> float:
@@ -87,12 +87,26 @@ def main() -> None:
             service.metrics()  # the first scrape creates the /metrics route's own series
             report: dict[str, object] = {"workers": 2, "concurrency": args.concurrency}
             bad_before = counter(service.metrics(), "mmobs_bad_images_total")
-            first = asyncio.run(run_load(service.url, requests=1000, concurrency=args.concurrency,
-                                         fallback_every=args.fallback_every, refused_every=args.refused_every))
+            first = asyncio.run(
+                run_load(
+                    service.url,
+                    requests=1000,
+                    concurrency=args.concurrency,
+                    fallback_every=args.fallback_every,
+                    refused_every=args.refused_every,
+                )
+            )
             text = service.metrics()
             report["after_first_1000"] = {"rss_mb": rss_mb(service), "series": series(text), **first.summary()}
-            rest = asyncio.run(run_load(service.url, requests=args.requests - 1000, concurrency=args.concurrency,
-                                        fallback_every=args.fallback_every, refused_every=args.refused_every))
+            rest = asyncio.run(
+                run_load(
+                    service.url,
+                    requests=args.requests - 1000,
+                    concurrency=args.concurrency,
+                    fallback_every=args.fallback_every,
+                    refused_every=args.refused_every,
+                )
+            )
             text = service.metrics()
             sent_fallbacks = first.fallback_sent + rest.fallback_sent
             report["at_end"] = {"rss_mb": rss_mb(service), "series": series(text), **rest.summary()}
@@ -111,8 +125,9 @@ def main() -> None:
             before_kill = counter(text, "mmobs_exif_fallback_total")
 
             async def load_and_kill() -> tuple[object, int]:
-                task = asyncio.create_task(run_load(service.url, requests=2000, concurrency=args.concurrency,
-                                                    fallback_every=1))
+                task = asyncio.create_task(
+                    run_load(service.url, requests=2000, concurrency=args.concurrency, fallback_every=1)
+                )
                 await asyncio.sleep(2.0)
                 victim = workers(service)[0].pid
                 os.kill(victim, signal.SIGKILL)

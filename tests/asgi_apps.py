@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Message = dict[str, Any]
-ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
+ASGIApp = Callable[
+    [dict[str, Any], Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]
+]
 
 
 def http_scope(
@@ -94,7 +96,7 @@ async def call_http_async(app: ASGIApp, scope: dict[str, Any], body: bytes = b""
 
     try:
         await app(scope, receive, send)
-    except BaseException as error:  # noqa: BLE001 - handed to the test
+    except BaseException as error:
         conversation.error = error
     finally:
         done.set()

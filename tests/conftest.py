@@ -19,6 +19,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if message is not None:
         pytest.exit(message, returncode=pytest.ExitCode.USAGE_ERROR)
 
+
 # =============================================================================
 # Core (test_hashing.py, test_image_io.py, test_golden.py): recording observer
 # =============================================================================

@@ -18,9 +18,7 @@ from PIL import Image
 
 from mmobs import ImageMediaIO, MediaWithBytes
 
-GOLDEN_DIR = Path(
-    os.environ.get("MMOBS_GOLDEN_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "golden")
-)
+GOLDEN_DIR = Path(os.environ.get("MMOBS_GOLDEN_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "golden"))
 
 
 def missing_message() -> str | None:
@@ -54,7 +52,7 @@ def build(recipe: Any) -> Any:
     if not isinstance(recipe, dict):
         return recipe
     if len(recipe) == 1:
-        (tag, spec), = recipe.items()
+        ((tag, spec),) = recipe.items()
         if tag.startswith("$"):
             return _BUILDERS[tag](spec)
     return {key: build(value) for key, value in recipe.items()}

@@ -34,7 +34,7 @@ def fenced_blocks(markdown: str) -> list[Block]:
         body: list[str] = []
         while index < len(lines) and not lines[index].strip().startswith(fence):
             line = lines[index]
-            body.append(line[len(indent):] if line.startswith(indent) else line.lstrip())
+            body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
             index += 1
         index += 1  # the closing fence
         blocks.append(Block(language, tuple(body)))

@@ -35,11 +35,38 @@ _AGGREGATIONS = frozenset(
 )
 _FUNCTIONS = _AGGREGATIONS | frozenset(
     {
-        "abs", "absent", "absent_over_time", "avg_over_time", "ceil", "clamp", "clamp_max", "clamp_min",
-        "count_over_time", "delta", "deriv", "floor", "histogram_quantile", "idelta", "increase", "irate",
-        "label_join", "label_replace", "last_over_time", "max_over_time", "min_over_time",
-        "quantile_over_time", "rate", "resets", "round", "scalar", "sort", "sort_desc", "sum_over_time",
-        "time", "timestamp", "vector",
+        "abs",
+        "absent",
+        "absent_over_time",
+        "avg_over_time",
+        "ceil",
+        "clamp",
+        "clamp_max",
+        "clamp_min",
+        "count_over_time",
+        "delta",
+        "deriv",
+        "floor",
+        "histogram_quantile",
+        "idelta",
+        "increase",
+        "irate",
+        "label_join",
+        "label_replace",
+        "last_over_time",
+        "max_over_time",
+        "min_over_time",
+        "quantile_over_time",
+        "rate",
+        "resets",
+        "round",
+        "scalar",
+        "sort",
+        "sort_desc",
+        "sum_over_time",
+        "time",
+        "timestamp",
+        "vector",
     }
 )
 COUNTER_FUNCTIONS = frozenset({"rate", "increase", "irate"})
@@ -71,7 +98,7 @@ def _tokens(expr: str) -> list[tuple[str, str]]:
     while pos < len(expr):
         match = _TOKEN.match(expr, pos)
         if match is None:
-            raise ValueError(f"cannot tokenize PromQL at {expr[pos:pos + 20]!r} in {expr!r}")
+            raise ValueError(f"cannot tokenize PromQL at {expr[pos : pos + 20]!r} in {expr!r}")
         kind = match.lastgroup
         assert kind is not None
         if kind != "ws":

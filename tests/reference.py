@@ -26,7 +26,6 @@ from mmobs.media import MediaWithBytes
 IMAGE_ID_TAG = 0x800D
 
 
-
 def LEN(n: int) -> bytes:
     return struct.pack("<Q", n)
 

@@ -75,7 +75,10 @@ def test_hash_undecodable_file_exits_non_zero_and_keeps_going(files, tmp_path):
     missing = tmp_path / "missing.jpg"
     result = run("hash", str(files["notes.txt"]), str(missing), str(files["photo.jpg"]))
     assert result.returncode == 1
-    assert f"mmobs: {files['notes.txt']}: unidentified: the bytes are not an image in an accepted format (JPEG, PNG" in result.stderr
+    assert (
+        f"mmobs: {files['notes.txt']}: unidentified: the bytes are not an image in an accepted format (JPEG, PNG"
+        in result.stderr
+    )
     assert f"mmobs: {missing}: unreadable: cannot read the file" in result.stderr
     assert golden.case("media-photo.jpg")["expected"] in result.stdout
 

@@ -317,7 +317,9 @@ def test_case_over_http(case: Any, service: ServiceProcess, client: httpx.Client
         assert HEX_KEY.fullmatch(item["mm_hash"])
         if case.kind == "image":
             with observing(None):
-                assert item["mm_hash"] == MultiModalHasher.hash_kwargs("blake3", image=loader().load_bytes(case.payload))
+                assert item["mm_hash"] == MultiModalHasher.hash_kwargs(
+                    "blake3", image=loader().load_bytes(case.payload)
+                )
         return
     if case.code is None:
         # Refused by the HTTP server (h11) before mmobs saw the request: any 4xx will do.
@@ -346,7 +348,11 @@ _digitish = st.text(st.sampled_from(_DIGITS), min_size=1, max_size=3)
 _scalar = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False), st.text(max_size=12), _digitish
 )
-_json_value = st.recursive(_scalar, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4), max_leaves=12)
+_json_value = st.recursive(
+    _scalar,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12,
+)
 _option_values = {
     "algorithm": st.one_of(st.sampled_from(["blake3", "sha256", "sha512", "md5", "BLAKE3", ""]), _json_value),
     "image_mode": st.one_of(st.sampled_from(["RGB", "L", "RGBA", "P", "La", "I;16", "BGR;15", "rgb"]), _json_value),
@@ -365,13 +371,20 @@ def _as_text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-@settings(derandomize=True, max_examples=250, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    derandomize=True, max_examples=250, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(options=_options, form=st.sampled_from(["json", "query", "multipart"]), good_image=st.booleans())
 # What the search found first (a superscript digit in a comma-separated colour), pinned:
 @example(options={"rgba_background_color": ["\u00b2", "1", "1"]}, form="query", good_image=True)
 @example(options={"rgba_background_color": ["\u00b2", "1", "1"]}, form="multipart", good_image=True)
 def test_request_options_never_5xx(
-    options: dict[str, Any], form: str, good_image: bool, service: ServiceProcess, client: httpx.Client, baseline: dict[str, float]
+    options: dict[str, Any],
+    form: str,
+    good_image: bool,
+    service: ServiceProcess,
+    client: httpx.Client,
+    baseline: dict[str, float],
 ) -> None:
     """Any option values, in any of the three request forms: a 200 or a JSON 4xx, never a 5xx."""
     image = _OPTION_IMAGES[good_image]
@@ -395,7 +408,9 @@ def test_request_options_never_5xx(
 
 _OPTION_IMAGES = {
     True: make_corpus.encode(make_corpus.noisy((6, 4), seed=9, mode="RGBA"), "PNG"),
-    False: make_corpus.png_with_exif(b"XXXX\x00\x00\x00\x08", make_corpus.encode(make_corpus.noisy((6, 4), seed=9, mode="L"), "PNG")),
+    False: make_corpus.png_with_exif(
+        b"XXXX\x00\x00\x00\x08", make_corpus.encode(make_corpus.noisy((6, 4), seed=9, mode="L"), "PNG")
+    ),
 }
 
 

@@ -62,9 +62,9 @@ def test_the_round_trip_reports_what_the_schema_found_before_the_mixin() -> None
     variables[1]["definition"] = variables[1]["query"]
     broken["sharedCrosshair"] = True  # Grafana 8's field, replaced by graphTooltip
     found = differences(broken, round_trip(broken))
-    assert "added /links[0]/tooltip = \"\"" in found
-    assert "added /templating/list[0]/current/text = \"\"" in found
-    assert "added /templating/list[0]/current/value = \"\"" in found
+    assert 'added /links[0]/tooltip = ""' in found
+    assert 'added /templating/list[0]/current/text = ""' in found
+    assert 'added /templating/list[0]/current/value = ""' in found
     assert "lost /templating/list[1]/definition" in found
     assert "lost /sharedCrosshair" in found
     assert len(found) == 5, found

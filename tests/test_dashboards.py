@@ -24,10 +24,12 @@ from typing import Any
 import pytest
 import yaml
 
-from dashboards.mixin import MixinConfig, alerts, metrics as mixin_metrics, render_all, rules as mixin_rules
+from dashboards.mixin import MixinConfig, alerts, render_all
+from dashboards.mixin import metrics as mixin_metrics
+from dashboards.mixin import rules as mixin_rules
 from mmobs.metrics import METRIC_NAMES
-from tests.dashboard_lint import lint_dashboard
 from tests.alert_lint import lint_alert_document
+from tests.dashboard_lint import lint_dashboard
 from tests.promql_scan import COUNTER_FUNCTIONS, family, selectors
 from tests.support import require_binary
 
@@ -168,7 +170,7 @@ def test_scanner_reads_matchers() -> None:
         "sum(rate(m[5m])",  # unbalanced
         "m[5m:1m]",  # subquery
         "m # comment",
-        "m{job~\"x\"}",
+        'm{job~"x"}',
     ],
 )
 def test_scanner_is_strict(expr: str) -> None:
@@ -379,7 +381,7 @@ def test_vllm_row_sits_on_the_cache_keys_dashboard() -> None:
     assert all(p["gridPos"]["y"] > row["gridPos"]["y"] for p in below)
     assert all(p["gridPos"]["y"] < row["gridPos"]["y"] for p in panels[:row_index])
     read = {family(s.name or "") for p in below for t in p["targets"] for s in selectors(t["expr"])}
-    assert VLLM_STORED <= read, "vLLM's cache counters, both spellings"
+    assert read >= VLLM_STORED, "vLLM's cache counters, both spellings"
     assert {"mmobs_exif_fallback_total", "mmobs_media_keys_total", "mmobs_hash_duration_seconds"} <= read
     for panel in below:
         for target in panel["targets"]:
@@ -393,7 +395,7 @@ def test_panels_do_not_overlap() -> None:
         cells: dict[tuple[int, int], int] = {}
         for panel in all_panels(board):
             g = panel["gridPos"]
-            assert 0 <= g["x"] and g["x"] + g["w"] <= 24, (name, panel["id"])
+            assert g["x"] >= 0 and g["x"] + g["w"] <= 24, (name, panel["id"])
             for x in range(g["x"], g["x"] + g["w"]):
                 for y in range(g["y"], g["y"] + g["h"]):
                     assert (x, y) not in cells, f"{name}: panels {cells[(x, y)]} and {panel['id']} overlap"
@@ -406,10 +408,8 @@ def test_every_selector_filters_on_job_and_instance() -> None:
         assert found, f"{where}: no metric selector in {target['expr']!r}"
         for selector in found:
             assert selector.name, f"{where}: selector without a metric name"
-            assert selector.has("job", "=~", "$job"), f"{where}: {selector.name} lacks job=~\"$job\""
-            assert selector.has("instance", "=~", "$instance"), (
-                f"{where}: {selector.name} lacks instance=~\"$instance\""
-            )
+            assert selector.has("job", "=~", "$job"), f'{where}: {selector.name} lacks job=~"$job"'
+            assert selector.has("instance", "=~", "$instance"), f'{where}: {selector.name} lacks instance=~"$instance"'
 
 
 def test_every_rate_and_increase_uses_rate_interval() -> None:

@@ -170,9 +170,9 @@ def test_cpu_budget_stops_the_task_and_the_worker_is_replaced() -> None:
         assert pool.pids() != [victim] and not psutil.pid_exists(victim)
         outcome, _ = await pool.run(key_header(), [PHOTO_JPEG], Replayer(RecordingObserver(), PHOTO_JPEG))
         assert outcome["status"] == "keyed"
-        assert (
-            0.05 < (await pool.run(key_header(), [SLOW_PNG], Replayer(RecordingObserver(), SLOW_PNG)))[0]["cpu_seconds"]
-        )
+        assert (await pool.run(key_header(), [SLOW_PNG], Replayer(RecordingObserver(), SLOW_PNG)))[0][
+            "cpu_seconds"
+        ] > 0.05
 
     with_pool(PoolSettings(size=1), scenario)
 
@@ -229,7 +229,7 @@ def test_the_line_for_a_worker_is_bounded_in_length_and_time() -> None:
         await asyncio.sleep(0.02)
         with pytest.raises(ServerBusy, match="requests are waiting"):  # the line is full: at once
             await pool.run(key_header(), [PHOTO_JPEG], Replayer(RecordingObserver(), PHOTO_JPEG))
-        with pytest.raises(ServerBusy, match="became free within 0.05 s"):  # waited its bounded time
+        with pytest.raises(ServerBusy, match=r"became free within 0\.05 s"):  # waited its bounded time
             await waiting
         assert (await busy)[0]["status"] == "keyed"
 

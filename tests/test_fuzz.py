@@ -209,7 +209,12 @@ def test_cli_random_run_and_reproduce(tmp_path: Path) -> None:
 
 
 def _run_cli(tmp_path: Path) -> None:
-    assert fuzz.main(["--engine", "random", "--seed", "5", "--runs", "400", "--workdir", str(tmp_path), "--report-every", "0"]) == 0
+    assert (
+        fuzz.main(
+            ["--engine", "random", "--seed", "5", "--runs", "400", "--workdir", str(tmp_path), "--report-every", "0"]
+        )
+        == 0
+    )
     stats = (tmp_path / "random-seed5-stats.json").read_text()
     assert '"executions": 400' in stats
     saved = tmp_path / "one.input"

@@ -42,9 +42,7 @@ def test_golden_key(case_id: str, record: Any) -> None:
     with record() as rec:
         key = MultiModalHasher.hash_kwargs(case["algorithm"], **kwargs)
     assert key == case["expected"]
-    assert len(rec.fallbacks) == case["exif_fallbacks"], [
-        (type(e.error).__name__, str(e.error)) for e in rec.fallbacks
-    ]
+    assert len(rec.fallbacks) == case["exif_fallbacks"], [(type(e.error).__name__, str(e.error)) for e in rec.fallbacks]
     assert len(rec.hashed_calls) == 1
     assert rec.hashed_calls[0][0] == case["algorithm"]
 
@@ -56,9 +54,7 @@ def test_chunk_stream_is_what_hash_kwargs_digests(case_id: str, algorithm: str) 
     case = golden.case(case_id)
     kwargs = _kwargs(case)
     stream = b"".join(
-        bytes(chunk)
-        for name in sorted(kwargs)
-        for chunk in MultiModalHasher.iter_item_to_bytes(name, kwargs[name])
+        bytes(chunk) for name in sorted(kwargs) for chunk in MultiModalHasher.iter_item_to_bytes(name, kwargs[name])
     )
     digest = hashlib.sha256(stream) if algorithm == "sha256" else blake3(stream)
     assert digest.hexdigest() == MultiModalHasher.hash_kwargs(algorithm, **_kwargs(case))

@@ -228,6 +228,7 @@ def test_webp_canvas_is_limited_by_pixels_not_structure() -> None:
 
 def test_one_tiff_tile_padded_around_a_large_image_passes() -> None:
     """A 4200x4200 image in one 4208x4208 tile (multiples of 16) costs what the image costs."""
+
     def header(tile: int) -> bytes:
         return tiff_bytes(
             [entry(256, SHORT, 4200), entry(257, SHORT, 4200), entry(258, SHORT, 8), entry(259, SHORT, 8),
@@ -386,8 +387,16 @@ def test_mutated_inputs_raise_only_bad_image_error(seed: bytes, edits: list[tupl
 @settings(derandomize=True, max_examples=200, deadline=None, database=None)
 @given(
     prefix=st.sampled_from(
-        [b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF89a", b"RIFF\0\0\0\0WEBP"]
-        + [b"II*\0", b"MM\0*", b"II+\0\x08\0\0\0", b"BM"]
+        [
+            b"\xff\xd8\xff",
+            b"\x89PNG\r\n\x1a\n",
+            b"GIF89a",
+            b"RIFF\0\0\0\0WEBP",
+            b"II*\0",
+            b"MM\0*",
+            b"II+\0\x08\0\0\0",
+            b"BM",
+        ]
     ),
     rest=st.binary(max_size=300),
 )
@@ -579,7 +588,7 @@ def test_pillow_is_unchanged_outside_the_loader() -> None:
     """Other code in the process keeps Pillow's own limit, warning and error."""
     before = Image.MAX_IMAGE_PIXELS
     ImageMediaIO(max_pixels=500_000_000).load_bytes(encode(Image.new("RGB", (4, 4)), "PNG"))
-    assert Image.MAX_IMAGE_PIXELS == before
+    assert before == Image.MAX_IMAGE_PIXELS
     with pytest.raises(Image.DecompressionBombError, match="could be decompression bomb"):
         Image.open(io.BytesIO(png_header_only(20000, 20000)))
     with pytest.warns(Image.DecompressionBombWarning):

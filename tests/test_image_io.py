@@ -170,12 +170,8 @@ REFUSALS: list[Any] = [
         "bad_data_url", "256", lambda t: load_data_url("data:image/png;" + "x" * 300 + ";base64,aGk="), id="long-header"
     ),
     pytest.param("bad_data_url", "string", lambda t: load_data_url(b"data:image/png;base64,"), id="not-a-string"),
-    pytest.param(
-        "unsupported_url", "data:", lambda t: load_data_url("http://example.com/cat.png"), id="http"
-    ),
-    pytest.param(
-        "unsupported_url", "data:", lambda t: load_data_url("https://example.com/cat.png"), id="https"
-    ),
+    pytest.param("unsupported_url", "data:", lambda t: load_data_url("http://example.com/cat.png"), id="http"),
+    pytest.param("unsupported_url", "data:", lambda t: load_data_url("https://example.com/cat.png"), id="https"),
     pytest.param("unsupported_url", "data:", lambda t: load_data_url("file:///etc/passwd"), id="file"),
     pytest.param("unsupported_url", "data:", lambda t: load_data_url("/etc/passwd"), id="no-scheme"),
 ]

@@ -39,8 +39,13 @@ MODES = ("RGB", None, "L", "RGBA")
 COLORS = ((255, 255, 255), (0, 0, 0), (12, 200, 77))
 
 
-def loader_key(data: bytes, algorithm: str = "blake3", image_mode: str | None = "RGB",
-               color: tuple[int, int, int] = (255, 255, 255), **extras: object) -> str:
+def loader_key(
+    data: bytes,
+    algorithm: str = "blake3",
+    image_mode: str | None = "RGB",
+    color: tuple[int, int, int] = (255, 255, 255),
+    **extras: object,
+) -> str:
     with observing(None):
         media = ImageMediaIO(image_mode, color).load_bytes(data)
         return mmobs.MultiModalHasher.hash_kwargs(algorithm, image=media, **extras)
@@ -153,7 +158,9 @@ def test_verify_decode_decodes_and_refuses_what_the_loader_refuses() -> None:
         ("no conversion", encode(images.noisy_image("P", (8, 8)), "PNG"), {"image_mode": "I;16"}, "cannot convert"),
     ],
 )
-def test_what_the_header_cannot_decide_is_decoded(name: str, data: bytes, options: dict[str, Any], because: str) -> None:
+def test_what_the_header_cannot_decide_is_decoded(
+    name: str, data: bytes, options: dict[str, Any], because: str
+) -> None:
     io_ = ImageMediaIO(**options)
     with observing(None):
         try:
@@ -197,8 +204,9 @@ def test_image_mode_none_never_converts_so_any_format_is_keyed_from_its_header()
         (encode(images.noisy_image("RGBA", (16, 16)), "ICO"), {}, "unsupported_format"),  # not in the default formats
     ],
 )
-def test_header_refusals_are_the_loaders_counted_once(data: bytes, options: dict[str, Any], reason: str,
-                                                     record: Any) -> None:
+def test_header_refusals_are_the_loaders_counted_once(
+    data: bytes, options: dict[str, Any], reason: str, record: Any
+) -> None:
     with record() as loader_events, pytest.raises(BadImageError) as by_loader:
         ImageMediaIO(**options).load_bytes(data)
     with record() as key_events, pytest.raises(BadImageError) as by_header:
@@ -239,9 +247,12 @@ def test_the_counter_has_a_series_per_path_from_the_first_scrape() -> None:
             key_for_bytes(b"not an image")
     assert {path: value(path) for path in KEY_PATHS} == {"header": 1.0, "header_decoded": 1.0, "decode": 1.0}
     assert registry.get_sample_value("mmobs_bad_images_total", {"reason": "unidentified"}) == 1.0
-    assert registry.get_sample_value(
-        "mmobs_media_keys_total", {"kind": "media_with_bytes", "key_source": "original_bytes"}
-    ) == 3.0
+    assert (
+        registry.get_sample_value(
+            "mmobs_media_keys_total", {"kind": "media_with_bytes", "key_source": "original_bytes"}
+        )
+        == 3.0
+    )
 
 
 def test_the_drift_tracker_sees_both_paths_as_the_same_content() -> None:
@@ -278,8 +289,9 @@ def test_any_bytes_like_input(wrap: Any) -> None:
         ({"rgba_background_color": "white"}, InvalidOptionError, "rgba_background_color"),
     ],
 )
-def test_bad_options_raise_before_anything_is_counted(kwargs: dict[str, Any], error: type, param: str | None,
-                                                      record: Any) -> None:
+def test_bad_options_raise_before_anything_is_counted(
+    kwargs: dict[str, Any], error: type, param: str | None, record: Any
+) -> None:
     with record() as events, pytest.raises(error) as raised:
         key_for_bytes(GOLDEN["photo.jpg"], **kwargs)
     assert getattr(raised.value, "param", None) == param
@@ -336,8 +348,9 @@ def test_keys_endpoint_answers_the_keys_of_hash_for_every_request_shape(client: 
         ({"images": []}, 400, "invalid_request", None, "images"),
     ],
 )
-def test_keys_endpoint_errors_have_the_hash_endpoints_shape(client: httpx.Client, body: dict[str, Any], status: int,
-                                                             code: str, reason: str | None, param: str) -> None:
+def test_keys_endpoint_errors_have_the_hash_endpoints_shape(
+    client: httpx.Client, body: dict[str, Any], status: int, code: str, reason: str | None, param: str
+) -> None:
     response = client.post("/v1/keys", json=body)
     assert response.status_code == status, response.text
     error = response.json()["error"]

@@ -76,7 +76,7 @@ def vllm_key(vllm: Any, data: bytes, algorithm: str, image_mode: str | None, col
     hasher, _, image_media_io, _ = vllm
     try:
         media = image_media_io(image_mode, rgba_background_color=color).load_bytes(data)
-    except Exception:  # noqa: BLE001 - any refusal (ValueError, or what vLLM lets escape)
+    except Exception:
         return None
     return hasher.hash_kwargs(algorithm, image=media)
 
@@ -91,7 +91,7 @@ def vllm_state(vllm: Any, data: bytes) -> tuple[str, bool] | None:
         image = image_module.open_image(io.BytesIO(data))
         image = image_module.normalize_image(image)
         image.load()
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     return image.mode, has_transparency(image)
 
@@ -107,8 +107,16 @@ def _vllm_formats(vllm: Any) -> tuple[str, ...]:
     return vllm[3]
 
 
-def compare(vllm: Any, data: bytes, image_mode: str | None, color: tuple[int, int, int], *,
-            io: ImageMediaIO | None = None, algorithm: str = "blake3", label: str = "") -> str:
+def compare(
+    vllm: Any,
+    data: bytes,
+    image_mode: str | None,
+    color: tuple[int, int, int],
+    *,
+    io: ImageMediaIO | None = None,
+    algorithm: str = "blake3",
+    label: str = "",
+) -> str:
     """Check one input; return the outcome, for the ledger and Hypothesis' statistics."""
     expected = vllm_key(vllm, data, algorithm, image_mode, color)
     try:
@@ -185,8 +193,14 @@ def test_golden_inputs_key_as_vllm(vllm: Any, path: Path) -> None:
         for color in COLORS:
             outcomes[compare(vllm, data, image_mode, color, label=path.name)] += 1
             # The same through key_image, with vLLM's allow-list, for the header-state check.
-            compare(vllm, data, image_mode, color, io=ImageMediaIO(image_mode, color, formats=_vllm_formats(vllm)),
-                    label=path.name)
+            compare(
+                vllm,
+                data,
+                image_mode,
+                color,
+                io=ImageMediaIO(image_mode, color, formats=_vllm_formats(vllm)),
+                label=path.name,
+            )
     for algorithm in ("sha256", "sha512"):
         compare(vllm, data, "RGB", COLORS[0], algorithm=algorithm, label=path.name)
     LEDGER["golden_inputs"] += 1
@@ -202,8 +216,14 @@ def test_corpus_images_key_as_vllm(vllm: Any, case: Any) -> None:
     for image_mode in MODES:
         for color in COLORS:
             compare(vllm, data, image_mode, color, label=case.name)
-        compare(vllm, data, image_mode, COLORS[2], io=ImageMediaIO(image_mode, COLORS[2], formats=_vllm_formats(vllm)),
-                label=case.name)
+        compare(
+            vllm,
+            data,
+            image_mode,
+            COLORS[2],
+            io=ImageMediaIO(image_mode, COLORS[2], formats=_vllm_formats(vllm)),
+            label=case.name,
+        )
     LEDGER["corpus_images"] += 1
 
 
@@ -290,8 +310,11 @@ def image_files(draw: st.DrawFn) -> tuple[bytes, str]:
     params: dict[str, Any] = {}
     label = f"{fmt}/{mode}/{size}"
     if fmt == "JPEG":
-        params.update(quality=draw(st.integers(5, 95)), progressive=draw(st.booleans()),
-                      subsampling=draw(st.sampled_from((-1, 0, 1, 2))))
+        params.update(
+            quality=draw(st.integers(5, 95)),
+            progressive=draw(st.booleans()),
+            subsampling=draw(st.sampled_from((-1, 0, 1, 2))),
+        )
     elif fmt == "WEBP":
         params.update(lossless=draw(st.booleans()), quality=draw(st.integers(1, 100)))
     elif fmt == "TIFF":
@@ -316,7 +339,7 @@ def image_files(draw: st.DrawFn) -> tuple[bytes, str]:
         buffer = io.BytesIO()
         image.save(buffer, fmt, **params)
         data = buffer.getvalue()
-    except Exception:  # noqa: BLE001 - a combination this Pillow cannot write
+    except Exception:
         data = _fallback_png(image)
         label += "/unwritable->png"
     if fmt == "PNG" and draw(st.integers(0, 2)) == 0:
@@ -376,7 +399,10 @@ def _png16(draw: st.DrawFn, size: tuple[int, int], seed: int) -> bytes:
     through_loader_defaults=st.booleans(),
 )
 def test_property_no_decode_key_is_vllms_or_decoded_or_refused(
-    vllm: Any, file: tuple[bytes, str], image_mode: str | None, color: tuple[int, int, int],
+    vllm: Any,
+    file: tuple[bytes, str],
+    image_mode: str | None,
+    color: tuple[int, int, int],
     through_loader_defaults: bool,
 ) -> None:
     data, label = file
@@ -409,9 +435,13 @@ def _gifs() -> dict[str, bytes]:
         "p": _encode(indexed, "GIF"),
         "p-transparency": _encode(clear, "GIF", transparency=5),
         "l": _encode(gray, "GIF"),
-        "animated-transparency": _encode(clear, "GIF", transparency=5, save_all=True, append_images=[indexed], disposal=2),
+        "animated-transparency": _encode(
+            clear, "GIF", transparency=5, save_all=True, append_images=[indexed], disposal=2
+        ),
         "animated-later-transparency": _encode(indexed, "GIF", save_all=True, append_images=[clear]),
-        "local-palettes": _encode(indexed, "GIF", save_all=True, append_images=[_pixels("P", (9, 7), 8)], optimize=False),
+        "local-palettes": _encode(
+            indexed, "GIF", save_all=True, append_images=[_pixels("P", (9, 7), 8)], optimize=False
+        ),
     }
 
 
@@ -471,8 +501,9 @@ def _header_cases() -> dict[str, bytes]:
         "jpeg-rgb": _encode(px("RGB", (9, 7), 1), "JPEG"),
         "jpeg-l": _encode(px("L", (9, 7), 2), "JPEG"),
         "jpeg-cmyk": _encode(px("CMYK", (9, 7), 3), "JPEG"),
-        "jpeg-progressive-orientation-6": _encode(px("RGB", (9, 7), 4), "JPEG", progressive=True,
-                                                  exif=orientation.tobytes()),
+        "jpeg-progressive-orientation-6": _encode(
+            px("RGB", (9, 7), 4), "JPEG", progressive=True, exif=orientation.tobytes()
+        ),
         "png-rgb": _encode(px("RGB", (9, 7), 5), "PNG"),
         "png-rgb-trns": _encode(px("RGB", (9, 7), 6), "PNG", transparency=(1, 2, 3)),
         "png-l-trns": _encode(px("L", (9, 7), 7), "PNG", transparency=7),

@@ -159,11 +159,15 @@ def test_the_pre_mixin_defects_all_fire_together() -> None:
     for rule in ("uneditable-dashboard", "template-job-rule", "template-instance-rule"):
         DASHBOARD_BREAKAGES[rule](board)
     assert {f.rule for f in lint_dashboard(board)} == {
-        "uneditable-dashboard", "template-job-rule", "template-instance-rule"
+        "uneditable-dashboard",
+        "template-job-rule",
+        "template-instance-rule",
     }
     document = copy.deepcopy(committed_alerts())
     for rule in ("alert-summary-templating", "alert-summary-style", "alert-description-templating"):
         ALERT_BREAKAGES[rule](document)
     assert {f.rule for f in lint_alert_document(document)} == {
-        "alert-summary-templating", "alert-summary-style", "alert-description-templating"
+        "alert-summary-templating",
+        "alert-summary-style",
+        "alert-description-templating",
     }

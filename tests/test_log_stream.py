@@ -141,7 +141,9 @@ def test_one_canonical_line_per_request(served: Served) -> None:
         echoed = response.headers.get("x-request-id") if response is not None else None
         if echoed is None:
             # Refused by the HTTP parser before the app (or the answer never came): no line may claim it.
-            assert exchange.request_id is None or exchange.request_id not in by_id or response is None, exchange.case.name
+            assert exchange.request_id is None or exchange.request_id not in by_id or response is None, (
+                exchange.case.name
+            )
             continue
         answered += 1
         if exchange.request_id is not None:
@@ -194,7 +196,9 @@ def test_uvicorns_access_lines_when_asked_for_are_json_with_the_request_id(tmp_p
     events = [json.loads(line) for line in service.logs().splitlines()]
     access = [e for e in events if e.get("logger") == "uvicorn.access" and e["path"] != "/healthz"]  # not the probe
     assert sorted(e["request_id"] for e in access) == ["a-0", "a-1", "a-2", "a-3"]
-    assert {(e["method"], e["path"], e["status"], e["route"]) for e in access} == {("POST", "/v1/hash", 400, "/v1/hash")}
+    assert {(e["method"], e["path"], e["status"], e["route"]) for e in access} == {
+        ("POST", "/v1/hash", 400, "/v1/hash")
+    }
     assert not [e for e in events if e["event"] == "http_request"]
 
 

@@ -36,7 +36,10 @@ def stream() -> Iterator[io.StringIO]:
     out = io.StringIO()
     root = logging.getLogger()
     saved = (root.level, list(root.handlers), sys.excepthook, threading.excepthook, warnings.showwarning)
-    saved_uvicorn = {name: (logging.getLogger(name).handlers[:], logging.getLogger(name).propagate) for name in ("uvicorn", "uvicorn.error", "uvicorn.access")}
+    saved_uvicorn = {
+        name: (logging.getLogger(name).handlers[:], logging.getLogger(name).propagate)
+        for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
+    }
     saved_filters = warnings.filters[:]
     try:
         yield out

@@ -400,7 +400,7 @@ def test_bad_image_log_event_carries_request_context(
 
 def test_runtime_error_is_reraised(registry: CollectorRegistry, app_state: tuple[Starlette, AppState]) -> None:
     with TestClient(app_state[0], raise_server_exceptions=True) as test_client:
-        with pytest.raises(RuntimeError, match="^boom$"):
+        with pytest.raises(RuntimeError, match=r"^boom$"):
             test_client.get("/boom")
 
     assert value(registry, REQUESTS, route="/boom", method="GET", status_class="5xx") == 1.0
@@ -562,9 +562,7 @@ def test_unknown_path_is_unmatched(registry: CollectorRegistry, client: TestClie
 
     assert response.status_code == 404
     assert value(registry, REQUESTS, route=UNMATCHED_ROUTE, method="GET", status_class="4xx") == 1.0
-    assert label_sets(registry, REQUESTS) == {
-        (("method", "GET"), ("route", UNMATCHED_ROUTE), ("status_class", "4xx"))
-    }
+    assert label_sets(registry, REQUESTS) == {(("method", "GET"), ("route", UNMATCHED_ROUTE), ("status_class", "4xx"))}
 
 
 def test_method_not_allowed_keeps_the_template(registry: CollectorRegistry, client: TestClient) -> None:
@@ -596,7 +594,7 @@ def test_label_sets_stay_bounded_under_random_paths(registry: CollectorRegistry)
     rng = random.Random(56527)
 
     for n in range(500):
-        token = "%016x" % rng.getrandbits(64)
+        token = f"{rng.getrandbits(64):016x}"
         path = f"/items/{token}" if n % 2 else f"/{token}/{rng.getrandbits(16)}"
         client.get(path)
 
@@ -691,9 +689,7 @@ def test_concurrent_requests_see_their_own_context(registry: CollectorRegistry, 
             assert current_request.get() is None
 
             ids = [f"req-{i:02d}" for i in range(20)]
-            responses = await asyncio.gather(
-                *(client.get("/ctx", headers={"X-Request-ID": i}) for i in ids)
-            )
+            responses = await asyncio.gather(*(client.get("/ctx", headers={"X-Request-ID": i}) for i in ids))
         for request_id, response in zip(ids, responses):
             assert response.status_code == 200
             assert response.headers["x-request-id"] == request_id
@@ -763,9 +759,12 @@ def test_known_routes_have_image_series_at_zero_from_the_first_request(
     """So rate() sees a route's first fallback or first 5xx (a series born at 1 hides it)."""
     assert client.get("/items/1").status_code == 200
     for status_class in ("1xx", "2xx", "3xx", "4xx", "5xx"):
-        assert registry.get_sample_value(
-            "mmobs_http_image_requests_total", {"route": "/hash-route", "status_class": status_class}
-        ) == 0.0
+        assert (
+            registry.get_sample_value(
+                "mmobs_http_image_requests_total", {"route": "/hash-route", "status_class": status_class}
+            )
+            == 0.0
+        )
     assert registry.get_sample_value("mmobs_http_exif_fallback_requests_total", {"route": "/hash-route"}) == 0.0
     # Routes inside mounts too, under the same template the request labels use.
     for template in ("/api/users/{user_id}", "/api/v2/things/{thing_id:int}"):
@@ -1004,7 +1003,9 @@ def routes_counted(registry: CollectorRegistry) -> set[str]:
     return {dict(labels)["route"] for labels in label_sets(registry, REQUESTS)}
 
 
-def test_skip_paths_default_leaves_scrapes_and_probes_uncounted(registry: CollectorRegistry, client: TestClient) -> None:
+def test_skip_paths_default_leaves_scrapes_and_probes_uncounted(
+    registry: CollectorRegistry, client: TestClient
+) -> None:
     health = client.get("/healthz", headers={"X-Request-ID": "probe-1"})
     scrape = client.get("/metrics")
     assert client.get("/items/1").status_code == 200
@@ -1043,8 +1044,10 @@ def test_buckets_replace_the_latency_buckets(registry: CollectorRegistry) -> Non
         assert bounds == {"0.5", "30.0", "120.0", "+Inf"}, name
     sizes = {dict(labels)["le"] for labels in label_sets(registry, "mmobs_http_request_size_bytes_bucket")}
     assert "30.0" not in sizes and "1024.0" in sizes  # the size histograms keep their own buckets
-    assert value(registry, "mmobs_http_request_duration_seconds_bucket", route="/items/{item_id}", method="GET",
-                 le="0.5") == 1.0
+    assert (
+        value(registry, "mmobs_http_request_duration_seconds_bucket", route="/items/{item_id}", method="GET", le="0.5")
+        == 1.0
+    )
 
 
 def test_two_middlewares_on_one_registry_must_agree_on_buckets(registry: CollectorRegistry) -> None:
@@ -1125,7 +1128,10 @@ def test_exemplars_carry_the_request_id_in_openmetrics_scrapes(
     text = client.get("/metrics", headers=OPENMETRICS).text
     ok = 'mmobs_http_requests_total{method="GET",route="/items/{item_id}",status_class="2xx"}'
     assert _exemplar(text, ok) == "ex-1"
-    assert _exemplar(text, f'mmobs_http_requests_total{{method="GET",route="{UNMATCHED_ROUTE}",status_class="4xx"}}') == "ex-404"
+    assert (
+        _exemplar(text, f'mmobs_http_requests_total{{method="GET",route="{UNMATCHED_ROUTE}",status_class="4xx"}}')
+        == "ex-404"
+    )
     assert _exemplar(text, 'mmobs_exif_fallback_total{exception="SyntaxError",kind="media_with_bytes"}') == "exif-ex"
     assert _exemplar(text, 'mmobs_http_exif_fallback_requests_total{route="/hash-route"}') == "exif-ex"
     plain = client.get("/metrics").text

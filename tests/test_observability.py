@@ -101,8 +101,14 @@ def test_clean_images_move_no_fallback_counter(registry, instr):
     with capture_logs() as logs:
         for _ in range(3):
             MultiModalHasher.hash_kwargs("blake3", image=ImageMediaIO().load_bytes(PHOTO_JPEG))
-    assert sum(value(registry, "mmobs_exif_fallback_total", kind=k, exception=e)
-               for k in ("image", "media_with_bytes") for e in EXCEPTION_LABELS) == 0
+    assert (
+        sum(
+            value(registry, "mmobs_exif_fallback_total", kind=k, exception=e)
+            for k in ("image", "media_with_bytes")
+            for e in EXCEPTION_LABELS
+        )
+        == 0
+    )
     assert not [e for e in logs if e["event"] == "exif_fallback"]
     assert value(registry, "mmobs_media_keys_total", kind="media_with_bytes", key_source="original_bytes") == 3
 
@@ -219,7 +225,7 @@ def test_default_set_up_counts_into_global_registry():
     code = textwrap.dedent(
         f"""
         import prometheus_client, mmobs
-        media = mmobs.ImageMediaIO().load_bytes(open({str(golden.GOLDEN_DIR / 'inputs' / 'bad-exif-header.jpg')!r}, 'rb').read())
+        media = mmobs.ImageMediaIO().load_bytes(open({str(golden.GOLDEN_DIR / "inputs" / "bad-exif-header.jpg")!r}, 'rb').read())
         mmobs.MultiModalHasher.hash_kwargs("blake3", image=media)
         print(prometheus_client.REGISTRY.get_sample_value(
             "mmobs_exif_fallback_total", {{"kind": "media_with_bytes", "exception": "SyntaxError"}}))
@@ -357,7 +363,9 @@ def test_fingerprint_moves_no_traffic_counter(registry, instr):
 
 def test_fingerprint_covers_malformed_exif_paths():
     keys = compute_fingerprint().keys
-    assert {"media:bad-exif-header.jpg", "open:bad-exif-chunk.png", "media:palette.png", "media:gray16.png"} <= set(keys)
+    assert {"media:bad-exif-header.jpg", "open:bad-exif-chunk.png", "media:palette.png", "media:gray16.png"} <= set(
+        keys
+    )
 
 
 def test_hasher_info_set_on_first_hash(registry):
@@ -366,8 +374,12 @@ def test_hasher_info_set_on_first_hash(registry):
     with observing(instrumentation):
         MultiModalHasher.hash_kwargs("blake3", x=1)
     digest = compute_fingerprint().digest
-    labels = {"fingerprint": digest, "mmobs": mmobs.__version__,
-              "pillow": __import__("PIL").__version__, "numpy": __import__("numpy").__version__}
+    labels = {
+        "fingerprint": digest,
+        "mmobs": mmobs.__version__,
+        "pillow": __import__("PIL").__version__,
+        "numpy": __import__("numpy").__version__,
+    }
     assert registry.get_sample_value("mmobs_hasher_info", labels) == 1.0
 
 
@@ -390,8 +402,12 @@ def test_two_processes_sum_exactly_in_multiprocess_dir(tmp_path: Path):
     env = {**__import__("os").environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
     image = golden.GOLDEN_DIR / "inputs" / "bad-exif-header.jpg"
     workers = [
-        subprocess.Popen([sys.executable, "-c", _WORKER, str(image), str(count)], env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, str(image), str(count)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for count in (13, 29)
     ]
     assert [w.wait(timeout=120) for w in workers] == [0, 0]
@@ -424,7 +440,11 @@ def test_events_keep_one_line_where_nobody_configured_structlog():
     traceback below the line; mmobs keeps its label inline instead.
     """
     result = subprocess.run(
-        [sys.executable, "-c", _UNCONFIGURED_PROBE], capture_output=True, text=True, timeout=60, check=True,
+        [sys.executable, "-c", _UNCONFIGURED_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
         cwd=Path(__file__).resolve().parents[1],
     )
     (line,) = result.stdout.splitlines()

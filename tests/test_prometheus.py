@@ -61,8 +61,17 @@ class VllmExporterProcess:
         self.log_path = tmp_path / "vllm-exporter.log"
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.vllm_metrics", "--port", str(self.port), "--model-name", MODEL_NAME,
-             "--engines", str(ENGINES)],
+            [
+                sys.executable,
+                "-m",
+                "tests.vllm_metrics",
+                "--port",
+                str(self.port),
+                "--model-name",
+                MODEL_NAME,
+                "--engines",
+                str(ENGINES),
+            ],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdout=self._log,
@@ -132,7 +141,9 @@ class PrometheusProcess:
             except (httpx.HTTPError, KeyError, IndexError, ValueError):
                 pass
             time.sleep(0.25)
-        raise AssertionError(f"prometheus not {what} within {timeout}s:\n{self.log_path.read_text(errors='replace')[-3000:]}")
+        raise AssertionError(
+            f"prometheus not {what} within {timeout}s:\n{self.log_path.read_text(errors='replace')[-3000:]}"
+        )
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         response = httpx.get(self.url + "/api/v1/query", params={"query": expr}, timeout=10)
@@ -167,15 +178,24 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServicePro
         good = [golden.input_bytes(name) for name in ("photo.jpg", "rgb.png", "palette.png")]
         with httpx.Client(base_url=service.url, timeout=30) as client:
             for _ in range(FALLBACK_IMAGES):
-                assert client.post("/v1/hash", json={"images": [data_url(bad_jpeg)]}).json()["items"][0]["exif_fallback"]
+                assert client.post("/v1/hash", json={"images": [data_url(bad_jpeg)]}).json()["items"][0][
+                    "exif_fallback"
+                ]
             for i in range(GOOD_IMAGES):
                 item = client.post("/v1/hash", json={"images": [data_url(good[i % 3])]}).json()["items"][0]
                 assert item["exif_fallback"] is False
-            for reason_input in ("data:image/png;base64,", data_url(b"text"), data_url(images.jpeg_bytes()[:400]), "https://x/y"):
+            for reason_input in (
+                "data:image/png;base64,",
+                data_url(b"text"),
+                data_url(images.jpeg_bytes()[:400]),
+                "https://x/y",
+            ):
                 assert client.post("/v1/hash", json={"images": [reason_input]}).status_code == 400
         prometheus._wait(
-            lambda: prometheus.scalar('sum(mmobs_exif_fallback_total{job="mmobs"})') == FALLBACK_IMAGES
-            and prometheus.scalar('sum(mmobs_bad_images_total{job="mmobs"})') == BAD_IMAGES,
+            lambda: (
+                prometheus.scalar('sum(mmobs_exif_fallback_total{job="mmobs"})') == FALLBACK_IMAGES
+                and prometheus.scalar('sum(mmobs_bad_images_total{job="mmobs"})') == BAD_IMAGES
+            ),
             30,
             "seeing the traffic",
         )
@@ -226,7 +246,10 @@ def test_recording_rules_were_evaluated_by_prometheus(stack):
 
 def test_fallback_count_and_ratio_agree_with_what_was_sent(stack):
     _, prometheus = stack
-    assert prometheus.scalar('sum(mmobs_exif_fallback_total{job="mmobs",kind="media_with_bytes",exception="SyntaxError"})') == FALLBACK_IMAGES
+    assert (
+        prometheus.scalar('sum(mmobs_exif_fallback_total{job="mmobs",kind="media_with_bytes",exception="SyntaxError"})')
+        == FALLBACK_IMAGES
+    )
     expected_ratio = FALLBACK_IMAGES / (FALLBACK_IMAGES + GOOD_IMAGES)
     ratio = prometheus.scalar('job:mmobs_exif_fallback_per_media_keys:ratio_rate5m{job="mmobs"}')
     assert ratio == pytest.approx(expected_ratio, rel=1e-6)

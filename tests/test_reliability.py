@@ -140,8 +140,15 @@ def test_adversarial_flood_leaves_series_bounded(tmp_path: Path):
                     response = client.request(method, path, headers=headers)
                     assert response.status_code < 500
                     # Every kind of refusal the hash route can give, too.
-                    body = rng.choice([b"{", b"[]", b'{"images": ["data:image/png;base64,@@"]}',
-                                       b'{"images": ["http://x/y.png"]}', b'{"images": ["data:,x"]}'])
+                    body = rng.choice(
+                        [
+                            b"{",
+                            b"[]",
+                            b'{"images": ["data:image/png;base64,@@"]}',
+                            b'{"images": ["http://x/y.png"]}',
+                            b'{"images": ["data:,x"]}',
+                        ]
+                    )
                     assert client.post("/v1/hash", content=body, headers=headers).status_code < 500
 
             flood(150)

@@ -108,7 +108,9 @@ def test_bisected_observe_equals_observe(buckets: tuple[float, ...]) -> None:
     for amount in amounts:
         reference.observe(amount)
         observe(amount)
-    got = {s.name.replace("fast", "x"): (s.labels, s.value) for s in fast.collect()[0].samples if "created" not in s.name}
+    got = {
+        s.name.replace("fast", "x"): (s.labels, s.value) for s in fast.collect()[0].samples if "created" not in s.name
+    }
     want = {
         s.name.replace("reference", "x"): (s.labels, s.value)
         for s in reference.collect()[0].samples

@@ -176,8 +176,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             for options in ({}, {"image_mode": "L"}):
                 assert client.post("/v1/hash", json={"images": [data_url(drifting)], **options}).status_code == 200
         prometheus._wait(
-            lambda: prometheus.scalar(f'sum(mmobs_cache_key_drift_total{{job="{JOB}"}})') == 1
-            and prometheus.scalar(f'sum(mmobs_exif_fallback_total{{job="{JOB}"}})') == 6,
+            lambda: (
+                prometheus.scalar(f'sum(mmobs_cache_key_drift_total{{job="{JOB}"}})') == 1
+                and prometheus.scalar(f'sum(mmobs_exif_fallback_total{{job="{JOB}"}})') == 6
+            ),
             30,
             "seeing the traffic",
         )
@@ -236,7 +238,9 @@ def test_promql_splitting_keeps_multi_line_expressions_whole() -> None:
 def test_promql_of_each_runbook(runbook: Path, stack: Stack) -> None:
     blocks = [b for b in fenced_blocks(runbook.read_text()) if b.language == "promql"]
     alert, *investigation = [q for block in blocks for q in promql_queries(block.text)]
-    assert _words(alert) == _words(alert_expressions()[runbook.stem]), "the runbook shows another expression than alerts.yml"
+    assert _words(alert) == _words(alert_expressions()[runbook.stem]), (
+        "the runbook shows another expression than alerts.yml"
+    )
     stack.prometheus.query(alert)  # valid; whether it fires depends on the traffic
     for query in investigation:
         result = stack.prometheus.query(_fill(query, stack.placeholders))

@@ -21,7 +21,9 @@ FALLBACK = "mmobs_exif_fallback_total"
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    process = ServiceProcess(tmp_path_factory.mktemp("serve"), "--max-image-bytes", "200000", "--max-body-bytes", "1000000")
+    process = ServiceProcess(
+        tmp_path_factory.mktemp("serve"), "--max-image-bytes", "200000", "--max-body-bytes", "1000000"
+    )
     yield process
     process.stop()
 
@@ -68,7 +70,9 @@ def test_regression_jpeg_gets_200_golden_key_counter_and_log(service, client):
     assert (item["index"], item["width"], item["height"], item["mode"]) == (0, 64, 48, "RGB")
     after = metric_value(service.metrics(), FALLBACK, {"kind": "media_with_bytes", "exception": "SyntaxError"})
     assert after - before == 1
-    events = [e for e in service.log_events() if e.get("event") == "exif_fallback" and e.get("request_id") == "regression-1"]
+    events = [
+        e for e in service.log_events() if e.get("event") == "exif_fallback" and e.get("request_id") == "regression-1"
+    ]
     assert len(events) == 1
     assert events[0]["route"] == "/v1/hash" and events[0]["exception"] == "SyntaxError"
     assert events[0]["format"] == "JPEG" and events[0]["key_source"] == "original_bytes"
@@ -120,7 +124,10 @@ def test_messages_form(client):
     assert response.status_code == 200, response.text
     payload = response.json()
     assert payload["algorithm"] == "sha256"
-    assert [i["mm_hash"] for i in payload["items"]] == [offline_key(PHOTO_JPEG, "sha256"), offline_key(BAD_HEADER_JPEG, "sha256")]
+    assert [i["mm_hash"] for i in payload["items"]] == [
+        offline_key(PHOTO_JPEG, "sha256"),
+        offline_key(BAD_HEADER_JPEG, "sha256"),
+    ]
     assert [i["exif_fallback"] for i in payload["items"]] == [False, True]
 
 
@@ -190,11 +197,21 @@ def test_unsupported_mode_is_a_400(client):
         (b'{"images": "data:"}', {"content-type": "application/json"}, 400, "invalid_request"),
         (b'{"images": [1]}', {"content-type": "application/json"}, 400, "invalid_request"),
         (b'{"images": ["x"], "messages": []}', {"content-type": "application/json"}, 400, "invalid_request"),
-        (b'{"messages": [{"content": [{"type": "image_url"}]}]}', {"content-type": "application/json"}, 400, "invalid_request"),
+        (
+            b'{"messages": [{"content": [{"type": "image_url"}]}]}',
+            {"content-type": "application/json"},
+            400,
+            "invalid_request",
+        ),
         (b'{"messages": [{"content": "text only"}]}', {"content-type": "application/json"}, 400, "invalid_request"),
         (b'{"images": ["x"], "algorithm": "md5"}', {"content-type": "application/json"}, 400, "invalid_option"),
         (b'{"images": ["x"], "image_mode": "RGBZ"}', {"content-type": "application/json"}, 400, "invalid_option"),
-        (b'{"images": ["x"], "rgba_background_color": [1, 2]}', {"content-type": "application/json"}, 400, "invalid_option"),
+        (
+            b'{"images": ["x"], "rgba_background_color": [1, 2]}',
+            {"content-type": "application/json"},
+            400,
+            "invalid_option",
+        ),
         (b'{"images": ["x"], "model_id": 7}', {"content-type": "application/json"}, 400, "invalid_option"),
         (b'{"images": ["x"], "mm_processor_kwargs": [1]}', {"content-type": "application/json"}, 400, "invalid_option"),
         (b"hello", {"content-type": "text/plain"}, 415, "unsupported_media_type"),
@@ -225,7 +242,9 @@ def test_deeply_nested_processor_kwargs_refused(client):
 
 def test_oversized_body_is_413(client):
     body = b'{"images": ["' + b"A" * 1_100_000 + b'"]}'
-    assert_error(client.post("/v1/hash", content=body, headers={"content-type": "application/json"}), 413, "payload_too_large")
+    assert_error(
+        client.post("/v1/hash", content=body, headers={"content-type": "application/json"}), 413, "payload_too_large"
+    )
 
 
 def test_oversized_body_without_content_length_is_413(client):
@@ -441,8 +460,18 @@ _B64 = __import__("base64").b64encode(PHOTO_JPEG).decode()
         "data:image/png;base64,iVBO\u00e9\u00e9",
         "ftp://x/y.png",
     ],
-    ids=["plain", "upper-case", "no-comma", "long-header", "text-plain", "bad-base64", "not-base64", "surrogate",
-         "non-ascii-payload", "ftp"],
+    ids=[
+        "plain",
+        "upper-case",
+        "no-comma",
+        "long-header",
+        "text-plain",
+        "bad-base64",
+        "not-base64",
+        "surrogate",
+        "non-ascii-payload",
+        "ftp",
+    ],
 )
 def test_data_urls_from_a_decode_worker_decode_as_text_ones_do(url: str) -> None:
     """Large bodies come back from the worker as UTF-8 bytes; the same URL must give the same bytes or refusal."""

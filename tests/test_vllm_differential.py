@@ -50,8 +50,8 @@ from hypothesis.extra import numpy as hnp
 from PIL import Image, ImagePalette
 
 from mmobs import BadImageError, ImageMediaIO, MediaWithBytes, MultiModalHasher
-from mmobs.image_io import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS
 from mmobs.formats import REFUSED_BY_DEFAULT, VLLM_FORMATS
+from mmobs.image_io import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS
 
 from . import golden
 from .vllm_oracle import (
@@ -185,7 +185,7 @@ def _extra_inputs() -> dict[str, bytes | str]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # IM, deprecated in Pillow 13
                 inputs[name] = recipe()
-        except Exception as error:  # noqa: BLE001 - a Pillow built without that writer
+        except Exception as error:
             inputs[name] = f"this Pillow cannot write it ({type(error).__name__}: {error})"
     return inputs
 
@@ -227,7 +227,7 @@ def _plain_decodable(data: bytes) -> bool:
             if image.width * image.height > DEFAULT_MAX_PIXELS:
                 return False
             image.load()
-        except Exception:  # noqa: BLE001 - not an image: the loader tests cover the refusal
+        except Exception:
             return False
     return True
 
@@ -281,7 +281,7 @@ def _outcome(load: Callable[[], Any]) -> Any:
     """What a loader returned, or the exception it raised (a refusal)."""
     try:
         return load()
-    except Exception as error:  # noqa: BLE001 - vLLM refuses with ValueError, OSError, struct.error...
+    except Exception as error:
         return error
 
 
@@ -806,7 +806,7 @@ def _images(draw: st.DrawFn) -> Fresh:
             buffer = io.BytesIO()
             make_memory().save(buffer, "PNG")
             encoded = buffer.getvalue()
-        except Exception:  # noqa: BLE001
+        except Exception:
             source = "memory"
 
     def make(side: Side) -> Image.Image:

@@ -13,7 +13,7 @@ import pytest
 from dashboards.mixin import metrics
 from tests.vllm_metrics import VLLM_0_33, MetricDefinition, read_definitions, vllm_source, vllm_version
 
-SNIPPET = '''
+SNIPPET = """
 class PrometheusStatLogger:
     def __init__(self, vllm_config, engine_indexes=None):
         labelnames = ["model_name", "engine"]
@@ -25,7 +25,7 @@ class PrometheusStatLogger:
         )
         labelnames = ["model_name", "engine", "extra"]
         self.gauge = self._gauge_cls(name="vllm:mm_cache_hits", documentation="Hits.", labelnames=labelnames)
-'''
+"""
 
 
 def test_reader_resolves_names_labels_and_kinds_from_source() -> None:

@@ -150,7 +150,7 @@ class VllmApp:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp_path / f"vllm-app-{self.port}.log"
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self._log = open(self.log_path, "wb")
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("MMOBS_VLLM_", "PROMETHEUS_MULTIPROC"))}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "tests.vllm_app:app", "--port", str(self.port), "--no-access-log"],
@@ -286,7 +286,10 @@ def test_without_the_guard_vllm_pays_for_costly_inputs_and_lets_a_bomb_escape(pr
 
 def test_the_guard_refuses_costly_inputs_as_the_value_error_vllm_answers_with_400(probe: dict[str, Any]) -> None:
     guarded = probe["guarded"]
-    assert guarded["result"] == {"exif-segment-flood": "BadImageError (ValueError)", "bomb": "BadImageError (ValueError)"}
+    assert guarded["result"] == {
+        "exif-segment-flood": "BadImageError (ValueError)",
+        "bomb": "BadImageError (ValueError)",
+    }
     assert guarded["delta"] == {
         "mmobs_bad_images_total{reason=too_costly}": 1.0,
         "mmobs_bad_images_total{reason=too_many_pixels}": 1.0,

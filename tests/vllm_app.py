@@ -53,13 +53,13 @@ def _vllm_base_request_id() -> Callable[..., str]:
             from vllm.utils import random_uuid
 
             namespace: dict[str, Any] = {"random_uuid": random_uuid, "Request": Request}
-            exec(compile(ast.Module([node], type_ignores=[]), spec.origin, "exec"), namespace)  # noqa: S102
+            exec(compile(ast.Module([node], type_ignores=[]), spec.origin, "exec"), namespace)
             return namespace["_base_request_id"]
     raise RuntimeError("vLLM's serving module has no _base_request_id")
 
 
 base_request_id = _vllm_base_request_id()
-assert list(inspect.signature(base_request_id).parameters)[0] == "raw_request"
+assert next(iter(inspect.signature(base_request_id).parameters)) == "raw_request"
 
 app = FastAPI()
 attach_router(app)

@@ -124,11 +124,15 @@ def _constant(node: ast.expr | None) -> str:
 #: checked against vLLM's source by tests/test_vllm_metrics.py wherever it is.
 VLLM_0_33 = {
     "vllm:mm_cache_queries": MetricDefinition(
-        "vllm:mm_cache_queries", "counter", "Multi-modal cache queries, in terms of number of queried items.",
+        "vllm:mm_cache_queries",
+        "counter",
+        "Multi-modal cache queries, in terms of number of queried items.",
         ("model_name", "engine"),
     ),
     "vllm:mm_cache_hits": MetricDefinition(
-        "vllm:mm_cache_hits", "counter", "Multi-modal cache hits, in terms of number of cached items.",
+        "vllm:mm_cache_hits",
+        "counter",
+        "Multi-modal cache hits, in terms of number of cached items.",
         ("model_name", "engine"),
     ),
 }

@@ -57,7 +57,7 @@ def build(config: MixinConfig) -> list[Alert]:
     recorded = build_rules(config)
     query = QueryStyle.for_rules(config)
     on = f"on ({', '.join(query.keep)})"
-    image_keys = query.aggregate("sum", f'{recorded.media_keys_by_source.name}{{{metrics.IMAGE_KINDS}}}')
+    image_keys = query.aggregate("sum", f"{recorded.media_keys_by_source.name}{{{metrics.IMAGE_KINDS}}}")
     five_xx_rate = query.aggregate("sum", f"{recorded.image_requests_by_status.name}{{{metrics.STATUS_5XX}}}")
     five_xx = query.select(metrics.HTTP_IMAGE_REQUESTS, metrics.STATUS_5XX)
     new_five_xx = query.aggregate("count", f"\n  {five_xx} > 0\n  unless\n  {five_xx} offset {config.rate_window}\n")
@@ -78,7 +78,7 @@ def build(config: MixinConfig) -> list[Alert]:
             "> 0.1 images/s. Real user images with broken EXIF are well under 1% of\n"
             "traffic; 5% for a quarter of an hour is either a new client sending broken\n"
             "files or our code failing on good ones. The traffic floor (30 images per\n"
-            "5m) keeps one broken file on an idle replica from reading as \"100%\".",
+            '5m) keeps one broken file on an idle replica from reading as "100%".',
         ),
         Alert(
             "MmobsCacheKeyDrift",
@@ -103,7 +103,7 @@ def build(config: MixinConfig) -> list[Alert]:
             "For 15 minutes the replicas of job {{ $labels.job }} reported {{ $value }} different "
             "mmobs_hasher_info fingerprints: they would key the same image differently (different Pillow, numpy "
             "or mmobs), which splits the shared cache. Find the odd replicas with count by (fingerprint, pillow, "
-            "numpy, mmobs) (mmobs_hasher_info{job=\"{{ $labels.job }}\"}).",
+            'numpy, mmobs) (mmobs_hasher_info{job="{{ $labels.job }}"}).',
             "> 1 distinct fingerprint in a job for 15m. Replicas behind one cache\n"
             "must key identically. A rolling upgrade that changes Pillow or numpy shows\n"
             "2 fingerprints briefly; 15m covers a normal rollout.",

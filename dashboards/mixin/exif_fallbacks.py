@@ -204,8 +204,7 @@ def build(config: MixinConfig) -> dict[str, Any]:
     return dashboard(
         UID,
         "mmobs / EXIF fallbacks",
-        "How often the tolerant EXIF reads swallow an exception, why, and whether any bad image still reaches a "
-        "5xx.",
+        "How often the tolerant EXIF reads swallow an exception, why, and whether any bad image still reaches a 5xx.",
         panels,
         standard_variables(config),
     )

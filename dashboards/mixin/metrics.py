@@ -31,10 +31,25 @@ HTTP_RESPONSE_SIZE = "mmobs_http_response_size_bytes"
 
 MMOBS_METRICS: frozenset[str] = frozenset(
     {
-        EXIF_FALLBACKS, TRANSPOSE_FAILURES, MEDIA_KEYS, HASH_DURATION, HASHED_BYTES, BAD_IMAGES, DRIFT,
-        DRIFT_SAMPLES, HASHER_INFO, HTTP_REQUESTS, HTTP_REQUEST_DURATION, HTTP_IMAGE_REQUESTS,
-        HTTP_FALLBACK_REQUESTS, KEY_PATHS, EXIF_CORRUPT_WARNINGS, HTTP_TTFB, HTTP_IN_PROGRESS,
-        HTTP_REQUEST_SIZE, HTTP_RESPONSE_SIZE,
+        EXIF_FALLBACKS,
+        TRANSPOSE_FAILURES,
+        MEDIA_KEYS,
+        HASH_DURATION,
+        HASHED_BYTES,
+        BAD_IMAGES,
+        DRIFT,
+        DRIFT_SAMPLES,
+        HASHER_INFO,
+        HTTP_REQUESTS,
+        HTTP_REQUEST_DURATION,
+        HTTP_IMAGE_REQUESTS,
+        HTTP_FALLBACK_REQUESTS,
+        KEY_PATHS,
+        EXIF_CORRUPT_WARNINGS,
+        HTTP_TTFB,
+        HTTP_IN_PROGRESS,
+        HTTP_REQUEST_SIZE,
+        HTTP_RESPONSE_SIZE,
     }
 )
 
@@ -62,6 +77,7 @@ def spellings(name: str) -> tuple[str, str]:
     Prometheus 2.x does. Queries read both so the row works on either.
     """
     return name, name.replace(":", "_")
+
 
 # -- label values ---------------------------------------------------------------
 #: Media kinds the EXIF ImageID read applies to (the fallback's denominator).

@@ -96,12 +96,38 @@ class RecordingRules:
 
     def groups(self) -> list[tuple[str, list[RecordingRule]]]:
         return [
-            ("mmobs.recording.exif", [self.fallbacks, self.fallbacks_by_kind_exception, self.fallback_ratio,
-                                      self.transpose_failures, self.bad_images]),
-            ("mmobs.recording.keys", [self.media_keys_by_source, self.drift, self.drift_samples, self.drift_ratio,
-                                      self.fingerprints, self.hashed_bytes, self.hash_p99]),
-            ("mmobs.recording.http", [self.image_requests, self.image_requests_by_status, self.fallback_requests,
-                                      self.fallback_request_ratio, self.request_p99]),
+            (
+                "mmobs.recording.exif",
+                [
+                    self.fallbacks,
+                    self.fallbacks_by_kind_exception,
+                    self.fallback_ratio,
+                    self.transpose_failures,
+                    self.bad_images,
+                ],
+            ),
+            (
+                "mmobs.recording.keys",
+                [
+                    self.media_keys_by_source,
+                    self.drift,
+                    self.drift_samples,
+                    self.drift_ratio,
+                    self.fingerprints,
+                    self.hashed_bytes,
+                    self.hash_p99,
+                ],
+            ),
+            (
+                "mmobs.recording.http",
+                [
+                    self.image_requests,
+                    self.image_requests_by_status,
+                    self.fallback_requests,
+                    self.fallback_request_ratio,
+                    self.request_p99,
+                ],
+            ),
         ]
 
     def all(self) -> list[RecordingRule]:

@@ -106,11 +106,7 @@ def mmobs_panels(query: QueryStyle) -> list[dict[str, Any]]:
             "99th percentile time to compute one cache key. vLLM hashes every item before the cache lookup, so "
             "this adds to time to first token on every multimodal request, hit or miss.",
             "s",
-            [
-                target(
-                    query.quantile("0.99", metrics.HASH_DURATION, by=["algorithm"]), legend="p99 {{algorithm}}"
-                )
-            ],
+            [target(query.quantile("0.99", metrics.HASH_DURATION, by=["algorithm"]), legend="p99 {{algorithm}}")],
         ),
     ]
 

@@ -47,8 +47,8 @@ from PIL import Image, ImageOps
 
 from ..errors import BadImageError
 from ..events import ExifFallback, KeySource, MediaKeyed, MediaKind, TransposeFailure, get_observer
-from ..hashing import IMAGE_ID_TAG
 from ..guard import check_image_bytes
+from ..hashing import IMAGE_ID_TAG
 from ..image_io import bad_image_from_pillow, report_bad_image
 from ..media import is_media_with_bytes
 
@@ -120,7 +120,9 @@ def register() -> None:
             return
         except Exception as error:  # noqa: BLE001 - never raise into vLLM
             _declined = True
-            _log.warning("mmobs: the vLLM plugin could not load (%s: %s); nothing is counted", type(error).__name__, error)
+            _log.warning(
+                "mmobs: the vLLM plugin could not load (%s: %s); nothing is counted", type(error).__name__, error
+            )
             return
         for target, name, replacement, instance_attribute in plan:
             _applied.append(_Replacement(target, name, inspect.getattr_static(target, name), instance_attribute))

@@ -66,53 +66,130 @@ def _image_cases() -> list[Case]:
         for container in ("JPEG", "PNG", "WEBP"):
             name = f"exif-{variant}.{EXTENSIONS[container]}"
             add(name, exif_in(container, tiff), _exif_expectation(variant, container), note, container)
-    add("exif-bad-tiff-header-after-idat.png", png_with_exif(b"XXXX\x00\x00\x00\x08", after_idat=True),
-        _extra("exif-bad-tiff-header-after-idat.png"), "eXIf after IDAT: Pillow only sees it when loading", "PNG")
-    add("exif-short-ifd-after-idat.png", png_with_exif(EXIF_VARIANTS["short-ifd"][0], after_idat=True),
-        _extra("exif-short-ifd-after-idat.png"), "short IFD in an eXIf chunk after IDAT", "PNG")
-    add("exif-bad-then-good-segments.jpg", jpeg_with_exif(b"XXXX\x00\x00\x00\x08", jpeg_with_exif(_valid_exif())),
-        _extra("exif-bad-then-good-segments.jpg"), "two APP1 EXIF segments, the first broken")
-    add("exif-app1-length-past-end.jpg", base_image("JPEG")[:2] + b"\xff\xe1\xff\xf0" + EXIF_PREFIX + b"II*\x00",
-        _extra("exif-app1-length-past-end.jpg"), "an APP1 segment longer than the file")
-    add("exif-chunk-bad-crc.png", _png_exif_bad_crc(), _extra("exif-chunk-bad-crc.png"),
-        "an eXIf chunk whose CRC is wrong", "PNG")
-    add("exif-chunk-size-past-end.webp", _webp_exif_size_past_end(), _extra("exif-chunk-size-past-end.webp"),
-        "an EXIF chunk whose RIFF size runs past the file", "WEBP")
-    add("exif-flag-without-chunk.webp", _webp_exif_flag_without_chunk(), _extra("exif-flag-without-chunk.webp"),
-        "VP8X says EXIF follows; no EXIF chunk", "WEBP")
+    add(
+        "exif-bad-tiff-header-after-idat.png",
+        png_with_exif(b"XXXX\x00\x00\x00\x08", after_idat=True),
+        _extra("exif-bad-tiff-header-after-idat.png"),
+        "eXIf after IDAT: Pillow only sees it when loading",
+        "PNG",
+    )
+    add(
+        "exif-short-ifd-after-idat.png",
+        png_with_exif(EXIF_VARIANTS["short-ifd"][0], after_idat=True),
+        _extra("exif-short-ifd-after-idat.png"),
+        "short IFD in an eXIf chunk after IDAT",
+        "PNG",
+    )
+    add(
+        "exif-bad-then-good-segments.jpg",
+        jpeg_with_exif(b"XXXX\x00\x00\x00\x08", jpeg_with_exif(_valid_exif())),
+        _extra("exif-bad-then-good-segments.jpg"),
+        "two APP1 EXIF segments, the first broken",
+    )
+    add(
+        "exif-app1-length-past-end.jpg",
+        base_image("JPEG")[:2] + b"\xff\xe1\xff\xf0" + EXIF_PREFIX + b"II*\x00",
+        _extra("exif-app1-length-past-end.jpg"),
+        "an APP1 segment longer than the file",
+    )
+    add(
+        "exif-chunk-bad-crc.png",
+        _png_exif_bad_crc(),
+        _extra("exif-chunk-bad-crc.png"),
+        "an eXIf chunk whose CRC is wrong",
+        "PNG",
+    )
+    add(
+        "exif-chunk-size-past-end.webp",
+        _webp_exif_size_past_end(),
+        _extra("exif-chunk-size-past-end.webp"),
+        "an EXIF chunk whose RIFF size runs past the file",
+        "WEBP",
+    )
+    add(
+        "exif-flag-without-chunk.webp",
+        _webp_exif_flag_without_chunk(),
+        _extra("exif-flag-without-chunk.webp"),
+        "VP8X says EXIF follows; no EXIF chunk",
+        "WEBP",
+    )
     # The image mode decides whether the loader's conversion hands the hasher a fresh
     # EXIF parse (convert() copies info) or none at all (RGBA and LA, like every image with
     # transparency, are composited onto a new image).
     bad_header, short_header = EXIF_VARIANTS["bad-tiff-header"][0], EXIF_VARIANTS["short-tiff-header"][0]
     for mode in ("L", "P", "LA", "RGBA"):
         base = encode(_mode_image(mode), "PNG")
-        add(f"exif-bad-tiff-header-{mode.lower()}.png", png_with_exif(bad_header, base), _extra(f"exif-bad-tiff-header-{mode.lower()}.png"),
-            f"the vLLM header in a mode {mode} PNG", "PNG")
-    add("exif-short-tiff-header-l.png", png_with_exif(short_header, encode(_mode_image("L"), "PNG")),
-        _extra("exif-short-tiff-header-l.png"), "a short TIFF header in a grayscale PNG", "PNG")
-    add("exif-bad-tiff-header-rgba.webp", encode(_mode_image("RGBA"), "WEBP", exif=EXIF_PREFIX + bad_header),
-        _extra("exif-bad-tiff-header-rgba.webp"), "the vLLM header in an RGBA WebP", "WEBP")
-    add("exif-bad-tiff-header-l.jpg", jpeg_with_exif(bad_header, encode(_mode_image("L"), "JPEG")),
-        _extra("exif-bad-tiff-header-l.jpg"), "the vLLM header in a grayscale JPEG", "JPEG")
-    add("exif-bad-tiff-header-cmyk.jpg", jpeg_with_exif(bad_header, encode(_mode_image("CMYK"), "JPEG")),
-        _extra("exif-bad-tiff-header-cmyk.jpg"), "the vLLM header in a CMYK JPEG", "JPEG")
+        add(
+            f"exif-bad-tiff-header-{mode.lower()}.png",
+            png_with_exif(bad_header, base),
+            _extra(f"exif-bad-tiff-header-{mode.lower()}.png"),
+            f"the vLLM header in a mode {mode} PNG",
+            "PNG",
+        )
+    add(
+        "exif-short-tiff-header-l.png",
+        png_with_exif(short_header, encode(_mode_image("L"), "PNG")),
+        _extra("exif-short-tiff-header-l.png"),
+        "a short TIFF header in a grayscale PNG",
+        "PNG",
+    )
+    add(
+        "exif-bad-tiff-header-rgba.webp",
+        encode(_mode_image("RGBA"), "WEBP", exif=EXIF_PREFIX + bad_header),
+        _extra("exif-bad-tiff-header-rgba.webp"),
+        "the vLLM header in an RGBA WebP",
+        "WEBP",
+    )
+    add(
+        "exif-bad-tiff-header-l.jpg",
+        jpeg_with_exif(bad_header, encode(_mode_image("L"), "JPEG")),
+        _extra("exif-bad-tiff-header-l.jpg"),
+        "the vLLM header in a grayscale JPEG",
+        "JPEG",
+    )
+    add(
+        "exif-bad-tiff-header-cmyk.jpg",
+        jpeg_with_exif(bad_header, encode(_mode_image("CMYK"), "JPEG")),
+        _extra("exif-bad-tiff-header-cmyk.jpg"),
+        "the vLLM header in a CMYK JPEG",
+        "JPEG",
+    )
     # PNG text chunks may carry EXIF as hex ("Raw profile type exif", ImageMagick's way).
     for mode in ("RGB", "L"):
         base = encode(_mode_image(mode), "PNG")
         suffix = "" if mode == "RGB" else "-l"
-        add(f"raw-profile-exif-bad-hex{suffix}.png", _png_with_text(base, b"tEXt", b"\nexif\n      10\nzz not hex\n"),
-            _extra(f"raw-profile-exif-bad-hex{suffix}.png"), "a Raw profile type exif text chunk that is not hex", "PNG")
-        add(f"raw-profile-exif-bad-tiff{suffix}.png", _png_with_text(base, b"zTXt", _raw_profile(bad_header)),
-            _extra(f"raw-profile-exif-bad-tiff{suffix}.png"), "a compressed Raw profile type exif holding the vLLM header", "PNG")
+        add(
+            f"raw-profile-exif-bad-hex{suffix}.png",
+            _png_with_text(base, b"tEXt", b"\nexif\n      10\nzz not hex\n"),
+            _extra(f"raw-profile-exif-bad-hex{suffix}.png"),
+            "a Raw profile type exif text chunk that is not hex",
+            "PNG",
+        )
+        add(
+            f"raw-profile-exif-bad-tiff{suffix}.png",
+            _png_with_text(base, b"zTXt", _raw_profile(bad_header)),
+            _extra(f"raw-profile-exif-bad-tiff{suffix}.png"),
+            "a compressed Raw profile type exif holding the vLLM header",
+            "PNG",
+        )
     # A JPEG with an MPF (multi-picture) APP2 segment opens as MPO; break its TIFF header.
     for label, tiff in (("bad", bad_header), ("short", short_header)):
         payload = b"MPF\x00" + tiff
         jpeg = base_image("JPEG")
-        add(f"mpf-{label}-tiff-header.jpg", jpeg[:2] + b"\xff\xe2" + struct.pack(">H", len(payload) + 2) + payload + jpeg[2:],
-            _extra(f"mpf-{label}-tiff-header.jpg"), f"an MPF segment with a {label} TIFF header")
+        add(
+            f"mpf-{label}-tiff-header.jpg",
+            jpeg[:2] + b"\xff\xe2" + struct.pack(">H", len(payload) + 2) + payload + jpeg[2:],
+            _extra(f"mpf-{label}-tiff-header.jpg"),
+            f"an MPF segment with a {label} TIFF header",
+        )
     add("exif-valid.jpg", jpeg_with_exif(_valid_exif()), ok(False), "a well-formed EXIF block (control)")
-    add("exif-orientation-6-valid.webp", webp_with_exif(tiff_bytes([entry(ORIENTATION, SHORT, 6)])), ok(False),
-        "a well-formed rotation (control)", "WEBP")
+    add(
+        "exif-orientation-6-valid.webp",
+        webp_with_exif(tiff_bytes([entry(ORIENTATION, SHORT, 6)])),
+        ok(False),
+        "a well-formed rotation (control)",
+        "WEBP",
+    )
 
     # -- TIFF files: the TIFF structure is both the image and its EXIF -----------------
     for name, data, note in _tiff_cases():
@@ -122,9 +199,17 @@ def _image_cases() -> list[Case]:
     for fmt in ("JPEG", "PNG", "WEBP", "GIF", "TIFF", "BMP"):
         whole = base_image(fmt, size=(40, 30))
         ext = EXTENSIONS[fmt]
-        add(f"truncated-half.{ext}", whole[: len(whole) // 2], _extra(f"truncated-half.{ext}"), "the first half of a valid file", fmt)
+        add(
+            f"truncated-half.{ext}",
+            whole[: len(whole) // 2],
+            _extra(f"truncated-half.{ext}"),
+            "the first half of a valid file",
+            fmt,
+        )
         add(f"truncated-header.{ext}", whole[:16], _extra(f"truncated-header.{ext}"), "the first 16 bytes", fmt)
-        add(f"truncated-last-byte.{ext}", whole[:-1], _extra(f"truncated-last-byte.{ext}"), "all but the last byte", fmt)
+        add(
+            f"truncated-last-byte.{ext}", whole[:-1], _extra(f"truncated-last-byte.{ext}"), "all but the last byte", fmt
+        )
 
     # -- pixel bombs: headers that declare huge images -----------------------------------
     bombs = [
@@ -136,7 +221,11 @@ def _image_cases() -> list[Case]:
         ("bomb-40000x40000.gif", gif_with_size(40000, 40000), "GIF"),
         ("bomb-40000x40000.bmp", bmp_with_size(40000, 40000), "BMP"),
         ("bomb-40000x-40000.bmp", bmp_with_size(40000, -40000), "BMP"),
-        ("bomb-40000x40000.tif", tiff_image(size=(8, 6), replace={256: entry(256, LONG, 40000), 257: entry(257, LONG, 40000)}), "TIFF"),
+        (
+            "bomb-40000x40000.tif",
+            tiff_image(size=(8, 6), replace={256: entry(256, LONG, 40000), 257: entry(257, LONG, 40000)}),
+            "TIFF",
+        ),
         ("bomb-16384x16384-vp8l.webp", webp_vp8l_with_size(16384, 16384), "WEBP"),
         ("bomb-40000x40000-vp8x.webp", webp_vp8x_with_canvas(40000, 40000), "WEBP"),
         ("bomb-8000x7000-vp8x.webp", webp_vp8x_with_canvas(8000, 7000), "WEBP"),
@@ -152,15 +241,38 @@ def _image_cases() -> list[Case]:
     add("random-4k.bin", rng.bytes(4096), bad("unidentified"), "4 KiB of random bytes")
     add("text.txt", b"this is a plain text file, not an image\n" * 20, bad("unidentified"), "text")
     add("html.html", b"<!doctype html><html><body><img src=x></body></html>", bad("unidentified"), "an HTML page")
-    add("svg.svg", b'<svg xmlns="http://www.w3.org/2000/svg" width="40000" height="40000"/>', bad("unidentified"), "SVG is not decoded")
+    add(
+        "svg.svg",
+        b'<svg xmlns="http://www.w3.org/2000/svg" width="40000" height="40000"/>',
+        bad("unidentified"),
+        "SVG is not decoded",
+    )
     add("one-byte.bin", b"\xff", bad("unidentified"), "a single byte")
-    add("format-tga.tga", _tga_bytes(), bad("unsupported_format"),
-        "a TGA image: vLLM opens it, mmobs's default formats do not")
+    add(
+        "format-tga.tga",
+        _tga_bytes(),
+        bad("unsupported_format"),
+        "a TGA image: vLLM opens it, mmobs's default formats do not",
+    )
     add("jpeg-soi-only.jpg", b"\xff\xd8", _extra("jpeg-soi-only.jpg"), "just a JPEG SOI marker")
     add("png-signature-only.png", PNG_SIGNATURE, _extra("png-signature-only.png"), "just the PNG signature", "PNG")
-    add("riff-webp-empty.webp", b"RIFF\x04\x00\x00\x00WEBP", bad("unidentified"), "a RIFF header and nothing else", "WEBP")
-    add("png-garbage-idat.png", PNG_SIGNATURE + png_chunk(b"IHDR", struct.pack(">IIBBBBB", 16, 16, 8, 2, 0, 0, 0))
-        + png_chunk(b"IDAT", b"\x00 not a zlib stream") + png_chunk(b"IEND", b""), bad("corrupt"), "an IDAT that is not zlib", "PNG")
+    add(
+        "riff-webp-empty.webp",
+        b"RIFF\x04\x00\x00\x00WEBP",
+        bad("unidentified"),
+        "a RIFF header and nothing else",
+        "WEBP",
+    )
+    add(
+        "png-garbage-idat.png",
+        PNG_SIGNATURE
+        + png_chunk(b"IHDR", struct.pack(">IIBBBBB", 16, 16, 8, 2, 0, 0, 0))
+        + png_chunk(b"IDAT", b"\x00 not a zlib stream")
+        + png_chunk(b"IEND", b""),
+        bad("corrupt"),
+        "an IDAT that is not zlib",
+        "PNG",
+    )
     return cases
 
 
@@ -213,17 +325,45 @@ def _tiff_cases() -> list[tuple[str, bytes, str]]:
         ("tiff-short-ifd.tif", tiff_image(count=40), "IFD0 declares 40 entries, holds 9"),
         ("tiff-huge-entry-count.tif", tiff_image(count=0xFFFF), "IFD0 declares 65535 entries"),
         ("tiff-ifd-self-loop.tif", tiff_image(next_ifd="self"), "IFD0 links to itself"),
-        ("tiff-exif-ifd-self-loop.tif", tiff_image([raw_entry(EXIF_IFD, LONG, 1, 8 + 8 * 6 * 3)]), "the Exif sub-IFD is IFD0"),
-        ("tiff-exif-ifd-out-of-range.tif", tiff_image([raw_entry(EXIF_IFD, LONG, 1, 0xFFFFFF00)]), "the Exif sub-IFD past the end"),
-        ("tiff-strip-offset-out-of-range.tif", tiff_image(replace={273: raw_entry(273, LONG, 1, 0x7FFFFFF0)}), "pixels past the end"),
-        ("tiff-strip-bytes-huge.tif", tiff_image(replace={279: raw_entry(279, LONG, 1, 0x7FFFFFF0)}), "a strip of 2 GiB"),
+        (
+            "tiff-exif-ifd-self-loop.tif",
+            tiff_image([raw_entry(EXIF_IFD, LONG, 1, 8 + 8 * 6 * 3)]),
+            "the Exif sub-IFD is IFD0",
+        ),
+        (
+            "tiff-exif-ifd-out-of-range.tif",
+            tiff_image([raw_entry(EXIF_IFD, LONG, 1, 0xFFFFFF00)]),
+            "the Exif sub-IFD past the end",
+        ),
+        (
+            "tiff-strip-offset-out-of-range.tif",
+            tiff_image(replace={273: raw_entry(273, LONG, 1, 0x7FFFFFF0)}),
+            "pixels past the end",
+        ),
+        (
+            "tiff-strip-bytes-huge.tif",
+            tiff_image(replace={279: raw_entry(279, LONG, 1, 0x7FFFFFF0)}),
+            "a strip of 2 GiB",
+        ),
         ("tiff-width-ascii.tif", tiff_image(replace={256: entry(256, ASCII, "8")}), "ImageWidth as a string"),
-        ("tiff-bits-per-sample-wrong-count.tif", tiff_image(replace={258: entry(258, s, 8)}), "one BitsPerSample for three samples"),
+        (
+            "tiff-bits-per-sample-wrong-count.tif",
+            tiff_image(replace={258: entry(258, s, 8)}),
+            "one BitsPerSample for three samples",
+        ),
         ("tiff-unknown-compression.tif", tiff_image(replace={259: entry(259, s, 60000)}), "compression 60000"),
         ("tiff-unknown-type.tif", tiff_image([Entry(SOFTWARE, 99, 4, raw=b"abcd")]), "a field of type 99"),
-        ("tiff-value-offset-out-of-range.tif", tiff_image([raw_entry(IMAGE_DESCRIPTION, ASCII, 64, 0xFFFFFF00)]), "an ASCII value past the end"),
+        (
+            "tiff-value-offset-out-of-range.tif",
+            tiff_image([raw_entry(IMAGE_DESCRIPTION, ASCII, 64, 0xFFFFFF00)]),
+            "an ASCII value past the end",
+        ),
         ("tiff-orientation-6.tif", tiff_image([entry(ORIENTATION, s, 6)]), "a real rotation"),
-        ("tiff-orientation-6-exif-ifd-out-of-range.tif", tiff_image([entry(ORIENTATION, s, 6), raw_entry(EXIF_IFD, LONG, 1, 0xFFFFFF00)]), "a rotation and a broken sub-IFD"),
+        (
+            "tiff-orientation-6-exif-ifd-out-of-range.tif",
+            tiff_image([entry(ORIENTATION, s, 6), raw_entry(EXIF_IFD, LONG, 1, 0xFFFFFF00)]),
+            "a rotation and a broken sub-IFD",
+        ),
         ("tiff-orientation-ascii.tif", tiff_image([entry(ORIENTATION, ASCII, "6")]), "Orientation as a string"),
         ("tiff-imageid-string.tif", tiff_image([entry(IMAGE_ID, ASCII, "not-a-uuid")]), "ImageID as a string"),
         ("tiff-imageid-int.tif", tiff_image([entry(IMAGE_ID, LONG, 12345)]), "ImageID as a LONG"),
@@ -235,15 +375,31 @@ def _tiff_cases() -> list[tuple[str, bytes, str]]:
         # TIFF load() calls getexif() and fails (refused, corrupt); with one, the file loads,
         # the loader hands the hasher a copy whose EXIF is empty, and the hasher's read raises.
         ("tiff-xmp-short.tif", tiff_image([entry(XMP, s, 2)]), "the XMP tag as a SHORT"),
-        ("tiff-xmp-ascii-l.tif", tiff_image([entry(XMP, ASCII, "tiff:Orientation=\"6\"")], mode="L"), "the XMP tag as ASCII text, grayscale"),
-        ("tiff-xmp-short-with-orientation.tif", tiff_image([entry(ORIENTATION, s, 1), entry(XMP, s, 2)]),
-         "the XMP tag as a SHORT next to Orientation 1 (the fuzzer's input, rebuilt)"),
-        ("tiff-xmp-ascii-with-orientation-l.tif", tiff_image([entry(ORIENTATION, s, 1), entry(XMP, ASCII, "x")], mode="L"),
-         "the XMP tag as ASCII next to Orientation 1, grayscale"),
-        ("tiff-xmp-rational-with-orientation.tif", tiff_image([entry(ORIENTATION, s, 1), entry(XMP, RATIONAL, (1, 3))]),
-         "the XMP tag as a RATIONAL next to Orientation 1"),
-        ("tiff-xmp-bytes-orientation-l.tif", tiff_image([entry(XMP, BYTE, *b'<x tiff:Orientation="6"/>')], mode="L"),
-         "a well-formed XMP orientation in a grayscale TIFF (control)"),
+        (
+            "tiff-xmp-ascii-l.tif",
+            tiff_image([entry(XMP, ASCII, 'tiff:Orientation="6"')], mode="L"),
+            "the XMP tag as ASCII text, grayscale",
+        ),
+        (
+            "tiff-xmp-short-with-orientation.tif",
+            tiff_image([entry(ORIENTATION, s, 1), entry(XMP, s, 2)]),
+            "the XMP tag as a SHORT next to Orientation 1 (the fuzzer's input, rebuilt)",
+        ),
+        (
+            "tiff-xmp-ascii-with-orientation-l.tif",
+            tiff_image([entry(ORIENTATION, s, 1), entry(XMP, ASCII, "x")], mode="L"),
+            "the XMP tag as ASCII next to Orientation 1, grayscale",
+        ),
+        (
+            "tiff-xmp-rational-with-orientation.tif",
+            tiff_image([entry(ORIENTATION, s, 1), entry(XMP, RATIONAL, (1, 3))]),
+            "the XMP tag as a RATIONAL next to Orientation 1",
+        ),
+        (
+            "tiff-xmp-bytes-orientation-l.tif",
+            tiff_image([entry(XMP, BYTE, *b'<x tiff:Orientation="6"/>')], mode="L"),
+            "a well-formed XMP orientation in a grayscale TIFF (control)",
+        ),
         ("tiff-endian-mismatch.tif", b"MM\x00*" + tiff_image()[4:], "big-endian marker, little-endian body"),
     ]
 

@@ -96,7 +96,9 @@ def tiff_bytes(
         if cut is not None:
             table = table[: 12 * cut]
         link = at if next_value == "self" else next_value
-        return struct.pack(endian + "H", len(items) if n is None else n) + table + struct.pack(endian + "L", link) + blob
+        return (
+            struct.pack(endian + "H", len(items) if n is None else n) + table + struct.pack(endian + "L", link) + blob
+        )
 
     first = build(entries, layout_ifd0, next_ifd if second_ifd is None else 0, count, cut_ifd_after)
     if second_ifd is not None:

@@ -23,7 +23,7 @@ class Wrapper:
         mc = M.make_corpus
         if container in ("jpeg", "jpeg-gray"):
             base = self.jpeg if container == "jpeg" else self.jpeg_gray
-            payload = (b"Exif\x00\x00" + tiff)[: 65533]
+            payload = (b"Exif\x00\x00" + tiff)[:65533]
             return base[:2] + b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload + base[2:]
         if container in ("png", "png-gray"):
             base = self.png if container == "png" else self.png_gray

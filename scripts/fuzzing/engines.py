@@ -118,12 +118,17 @@ def run_random(
     return stats
 
 
-def _note(stats: Stats, data: bytes, error: BaseException, findings_dir: Path | None, signatures: set[str], label: str | None) -> None:
+def _note(
+    stats: Stats, data: bytes, error: BaseException, findings_dir: Path | None, signatures: set[str], label: str | None
+) -> None:
     signature = label or _signature(error)
     finding = record_finding(stats, data, error, findings_dir)
     if signature not in signatures:
         signatures.add(signature)
-        print(f"\n*** finding {finding['input_sha1']} ({finding['kind']}): {signature}\n{finding['traceback']}", flush=True)
+        print(
+            f"\n*** finding {finding['input_sha1']} ({finding['kind']}): {signature}\n{finding['traceback']}",
+            flush=True,
+        )
 
 
 def _report(stats: Stats, pool: int | None, stats_file: Path | None) -> None:

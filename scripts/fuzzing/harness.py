@@ -184,7 +184,7 @@ class Harness:
             media_fallbacks = len(recorder.fallbacks)
             plain = M.MultiModalHasher.hash_kwargs("blake3", image=media.media)
         fallbacks = len(recorder.fallbacks)
-        if len(raised) != fallbacks or any(a is not b.error for a, b in zip(raised, recorder.fallbacks)):
+        if len(raised) != fallbacks or any(a is not b.error for a, b in zip(raised, recorder.fallbacks, strict=True)):
             raise PropertyViolation(
                 f"Pillow's EXIF reading raised {len(raised)} time(s) while keying "
                 f"({[type(error).__name__ for error in raised]}), but {fallbacks} fallback(s) were reported"
@@ -192,9 +192,7 @@ class Harness:
         delivered = counting.fallbacks - events_before
         counted = self._counted_fallbacks() - counted_before
         if not (fallbacks == delivered == counted):
-            raise PropertyViolation(
-                f"fallbacks reported {fallbacks}, delivered {delivered}, counted {counted:g}"
-            )
+            raise PropertyViolation(f"fallbacks reported {fallbacks}, delivered {delivered}, counted {counted:g}")
         if media_fallbacks > 1 or fallbacks - media_fallbacks > 1:
             raise PropertyViolation(f"more than one fallback per key: {media_fallbacks}, {fallbacks}")
         sources = [event.key_source for event in recorder.keyed]
