@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,47 +64,79 @@ def metric_value(text: str, name: str, labels: dict[str, str] | None = None) -> 
     return total
 
 
-class ServiceProcess:
-    """``mmobs serve`` in a subprocess on a loopback port, logs captured to a file."""
+class ManagedProcess:
+    """A server in a subprocess of its own session, its output captured to a file, stopped by its PID.
 
-    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = tmp_path / f"serve-{self.port}.log"
-        command = [sys.executable, "-m", "mmobs.cli", "serve", "--port", str(self.port), *args]
-        self._log = open(self.log_path, "wb")
+    ``env`` is the child's whole environment (``None``: this process's).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        command: list[str],
+        log_path: Path,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
         self.process = subprocess.Popen(
             command,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env=env,
+            cwd=cwd,
             start_new_session=True,
         )
-        self._wait_ready()
 
-    def _wait_ready(self, timeout: float = 30.0) -> None:
+    def wait_until(self, ready: Callable[[], bool], timeout: float = 30.0, what: str = "ready") -> None:
+        """Poll ``ready()`` (HTTP errors count as not yet) until it holds; stop and raise on timeout or exit."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"mmobs serve exited with {self.process.returncode}:\n{self.logs()}")
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.logs()[-4000:]}")
             try:
-                if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
+                if ready():
                     return
-            except httpx.HTTPError:
+            except (httpx.HTTPError, KeyError, IndexError, ValueError):
                 pass
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"mmobs serve did not become ready in {timeout}s:\n{self.logs()}")
-
-    def metrics(self, **headers: str) -> str:
-        response = httpx.get(self.url + "/metrics", headers=headers, timeout=10)
-        response.raise_for_status()
-        return response.text
+        raise RuntimeError(f"{self.name} not {what} within {timeout} s:\n{self.logs()[-4000:]}")
 
     def logs(self) -> str:
         if not self._log.closed:
             self._log.flush()
         return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+class ServiceProcess(ManagedProcess):
+    """``mmobs serve`` in a subprocess on a loopback port, logs captured to a file."""
+
+    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-m", "mmobs.cli", "serve", "--port", str(self.port), *args]
+        log_path = tmp_path / f"serve-{self.port}.log"
+        super().__init__("mmobs serve", command, log_path, env={**os.environ, **(env or {})})
+        self.wait_until(lambda: httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200)
+
+    def metrics(self, **headers: str) -> str:
+        response = httpx.get(self.url + "/metrics", headers=headers, timeout=10)
+        response.raise_for_status()
+        return response.text
 
     def log_events(self) -> list[dict[str, Any]]:
         import json
@@ -116,13 +149,3 @@ class ServiceProcess:
                 except ValueError:
                     pass
         return events
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()

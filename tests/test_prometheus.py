@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dashboards.mixin import MixinConfig, vllm_cache
 from dashboards.mixin.promql import QueryStyle
 from tests import golden, images
-from tests.support import ServiceProcess, data_url, free_port, require_binary
+from tests.support import ManagedProcess, ServiceProcess, data_url, free_port, require_binary
 from tests.vllm_metrics import definitions
 
 pytestmark = pytest.mark.prometheus
@@ -53,55 +53,26 @@ def _queries_module() -> Any:
     return module
 
 
-class VllmExporterProcess:
+class VllmExporterProcess(ManagedProcess):
     """``python -m tests.vllm_metrics``: vLLM's multimodal cache counters plus mmobs, on a loopback port."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.port = free_port()
-        self.log_path = tmp_path / "vllm-exporter.log"
-        self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.vllm_metrics",
-                "--port",
-                str(self.port),
-                "--model-name",
-                MODEL_NAME,
-                "--engines",
-                str(ENGINES),
-            ],
-            cwd=ROOT,
+        command = [
+            sys.executable, "-m", "tests.vllm_metrics", "--port", str(self.port),
+            "--model-name", MODEL_NAME, "--engines", str(ENGINES),
+        ]  # fmt: skip
+        super().__init__(
+            "vLLM exporter",
+            command,
+            tmp_path / "vllm-exporter.log",
             env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+            cwd=ROOT,
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vLLM exporter exited:\n{self.log_path.read_text(errors='replace')}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"vLLM exporter not ready:\n{self.log_path.read_text(errors='replace')}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
+        self.wait_until(lambda: httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=1).status_code == 200)
 
 
-class PrometheusProcess:
+class PrometheusProcess(ManagedProcess):
     def __init__(self, tmp_path: Path, target: str, vllm_target: str) -> None:
         binary = require_binary("prometheus")
         self.port = free_port()
@@ -115,35 +86,15 @@ class PrometheusProcess:
             f"  - job_name: {VLLM_JOB}\n    static_configs:\n"
             f"      - targets: ['{vllm_target}']\n"
         )
-        self.log_path = tmp_path / "prometheus.log"
-        self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--storage.tsdb.retention.time=1h",
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        self._wait(lambda: httpx.get(self.url + "/-/ready", timeout=1).status_code == 200, 30, "ready")
-
-    def _wait(self, condition: Any, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"prometheus exited:\n{self.log_path.read_text(errors='replace')}")
-            try:
-                if condition():
-                    return
-            except (httpx.HTTPError, KeyError, IndexError, ValueError):
-                pass
-            time.sleep(0.25)
-        raise AssertionError(
-            f"prometheus not {what} within {timeout}s:\n{self.log_path.read_text(errors='replace')[-3000:]}"
-        )
+        command = [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--storage.tsdb.retention.time=1h",
+        ]
+        super().__init__("prometheus", command, tmp_path / "prometheus.log")
+        self.wait_until(lambda: httpx.get(self.url + "/-/ready", timeout=1).status_code == 200)
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         response = httpx.get(self.url + "/api/v1/query", params={"query": expr}, timeout=10)
@@ -155,14 +106,6 @@ class PrometheusProcess:
         (sample,) = self.query(expr)
         return float(sample["value"][1])
 
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self._log.close()
-
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServiceProcess, PrometheusProcess]]:
@@ -173,7 +116,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServicePro
     prometheus = PrometheusProcess(tmp, f"127.0.0.1:{service.port}", f"127.0.0.1:{exporter.port}")
     try:
         # Samples from before the traffic, so every rate() has a baseline.
-        prometheus._wait(lambda: prometheus.scalar('count_over_time(up{job="mmobs"}[1m])') >= 3, 30, "scraping")
+        prometheus.wait_until(lambda: prometheus.scalar('count_over_time(up{job="mmobs"}[1m])') >= 3, 30, "scraping")
         bad_jpeg = golden.input_bytes("bad-exif-header.jpg")
         good = [golden.input_bytes(name) for name in ("photo.jpg", "rgb.png", "palette.png")]
         with httpx.Client(base_url=service.url, timeout=30) as client:
@@ -191,7 +134,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServicePro
                 "https://x/y",
             ):
                 assert client.post("/v1/hash", json={"images": [reason_input]}).status_code == 400
-        prometheus._wait(
+        prometheus.wait_until(
             lambda: (
                 prometheus.scalar('sum(mmobs_exif_fallback_total{job="mmobs"})') == FALLBACK_IMAGES
                 and prometheus.scalar('sum(mmobs_bad_images_total{job="mmobs"})') == BAD_IMAGES
@@ -199,7 +142,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServicePro
             30,
             "seeing the traffic",
         )
-        prometheus._wait(
+        prometheus.wait_until(
             lambda: prometheus.scalar(f'sum(rate({{__name__=~"{HITS_STORED}",job="{VLLM_JOB}"}}[1m]))') > 0,
             30,
             "seeing vLLM cache hits",

@@ -159,7 +159,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # (The second job, test_prometheus's vLLM stand-in, scrapes the same service: its rows are not queried here.)
     prometheus = PrometheusProcess(tmp, f"127.0.0.1:{service.port}", f"127.0.0.1:{service.port}")
     try:
-        prometheus._wait(lambda: prometheus.scalar(f'count_over_time(up{{job="{JOB}"}}[1m])') >= 3, 30, "scraping")
+        prometheus.wait_until(lambda: prometheus.scalar(f'count_over_time(up{{job="{JOB}"}}[1m])') >= 3, 30, "scraping")
         bad_exif = golden.input_bytes("bad-exif-header.jpg")
         drifting = _drifting_variant(golden.input_bytes("photo.jpg"))
         with httpx.Client(base_url=service.url, timeout=30) as client:
@@ -175,7 +175,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             # The same bytes keyed two ways (a decode option enters the key): a drift the tracker sees.
             for options in ({}, {"image_mode": "L"}):
                 assert client.post("/v1/hash", json={"images": [data_url(drifting)], **options}).status_code == 200
-        prometheus._wait(
+        prometheus.wait_until(
             lambda: (
                 prometheus.scalar(f'sum(mmobs_cache_key_drift_total{{job="{JOB}"}})') == 1
                 and prometheus.scalar(f'sum(mmobs_exif_fallback_total{{job="{JOB}"}})') == 6

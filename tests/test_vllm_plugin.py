@@ -20,7 +20,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +29,7 @@ import httpx
 import pytest
 
 from tests import golden
-from tests.support import data_url, free_port, metric_value, require_vllm
+from tests.support import ManagedProcess, data_url, free_port, metric_value, require_vllm
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD_JPEG = golden.input_bytes("bad-exif-header.jpg")
@@ -143,32 +142,20 @@ def test_a_misshapen_vllm_gets_one_warning_naming_its_version(probe: dict[str, A
 # -- the middleware preset, over HTTP ---------------------------------------------------------
 
 
-class VllmApp:
+class VllmApp(ManagedProcess):
     """``uvicorn tests.vllm_app:app`` on a loopback port, output captured to a file."""
 
     def __init__(self, tmp_path: Path, env: dict[str, str]) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = tmp_path / f"vllm-app-{self.port}.log"
-        self._log = open(self.log_path, "wb")
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("MMOBS_VLLM_", "PROMETHEUS_MULTIPROC"))}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "tests.vllm_app:app", "--port", str(self.port), "--no-access-log"],
-            cwd=ROOT, env={**clean, **env}, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+        command = [sys.executable, "-m", "uvicorn", "tests.vllm_app:app", "--port", str(self.port), "--no-access-log"]
+        log_path = tmp_path / f"vllm-app-{self.port}.log"
+        super().__init__("the vLLM app", command, log_path, env={**clean, **env}, cwd=ROOT)
 
-    def wait_ready(self, timeout: float = 300.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the vLLM app exited:\n{self.logs()[-4000:]}")
-            try:
-                if httpx.get(self.url + "/metrics", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"the vLLM app did not start in {timeout} s:\n{self.logs()[-4000:]}")
+    def wait_ready(self) -> None:
+        """Importing vLLM takes seconds, more with three apps starting at once."""
+        self.wait_until(lambda: httpx.get(self.url + "/metrics", timeout=2).status_code == 200, timeout=300)
 
     def render(self, image: bytes, **headers: str) -> httpx.Response:
         return httpx.post(self.url + "/v1/render", json={"image_url": data_url(image)}, headers=headers, timeout=60)
@@ -176,22 +163,8 @@ class VllmApp:
     def metrics(self) -> str:
         return httpx.get(self.url + "/metrics", timeout=30).text
 
-    def logs(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
     def fallback_events(self) -> list[str]:
         return [line for line in self.logs().splitlines() if "exif_fallback" in line]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
 
 
 @pytest.fixture(scope="module")
