@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 REQUIRE_PROMETHEUS = os.environ.get("MMOBS_REQUIRE_PROMETHEUS") == "1"
@@ -51,6 +52,12 @@ def free_port() -> int:
 
 def data_url(data: bytes, media_type: str = "image/jpeg") -> str:
     return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    """A sample's value in ``registry``; 0.0 for a series that does not exist (yet)."""
+    sample = registry.get_sample_value(name, labels)
+    return 0.0 if sample is None else sample
 
 
 def metric_value(text: str, name: str, labels: dict[str, str] | None = None) -> float:

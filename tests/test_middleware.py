@@ -40,6 +40,7 @@ from mmobs.routing import UNMATCHED_ROUTE, RouteResolver
 
 from . import golden
 from .asgi_apps import call_http, http_scope
+from .support import value
 
 GOLDEN_INPUTS = golden.GOLDEN_DIR / "inputs"
 BAD_EXIF_JPEG = GOLDEN_INPUTS / "bad-exif-header.jpg"
@@ -96,12 +97,6 @@ def context_logs() -> Iterator[list[dict[str, Any]]]:
         yield capture.entries
     finally:
         structlog.reset_defaults()
-
-
-def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
-    """A sample's value; 0.0 for a series that does not exist (yet)."""
-    sample = registry.get_sample_value(name, labels)
-    return 0.0 if sample is None else sample
 
 
 def label_sets(registry: CollectorRegistry, name: str) -> set[tuple[tuple[str, str], ...]]:

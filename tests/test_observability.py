@@ -26,6 +26,7 @@ from mmobs.instrument import Instrumentation
 from mmobs.logs import MAX_FIELD_CHARS, safe_text
 from mmobs.metrics import EXCEPTION_LABELS, exception_label
 from tests import golden
+from tests.support import value
 
 BAD_HEADER_JPEG = golden.input_bytes("bad-exif-header.jpg")
 BAD_CHUNK_PNG = golden.input_bytes("bad-exif-chunk.png")
@@ -43,10 +44,6 @@ def instr(registry: CollectorRegistry):
     instrumentation = Instrumentation(registry, hasher_info=False)
     with observing(instrumentation):
         yield instrumentation
-
-
-def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
-    return registry.get_sample_value(name, labels) or 0.0
 
 
 def fresh_bad_png() -> Image.Image:
