@@ -160,3 +160,10 @@ def test_middleware_constructor_registers_nothing_until_start_up() -> None:
     with TestClient(middleware):  # lifespan start-up
         names = {family.name for family in registry.collect()}
     assert "mmobs_http_requests" in names and "mmobs_hasher_info" in names
+
+
+def test_readme_lists_every_bad_image_reason() -> None:
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("`mmobs.BAD_IMAGE_REASONS`:")
+    listed = re.findall(r"`([a-z0-9_]+)`", readme[start : readme.index(")", start)])
+    assert listed == list(BAD_IMAGE_REASONS)
