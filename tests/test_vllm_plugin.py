@@ -215,6 +215,7 @@ def test_mmobs_series_appear_on_vllms_own_metrics_route(apps: dict[str, VllmApp]
     text = app.metrics()
     assert metric_value(text, "mmobs_exif_fallback_total") == before + 1
     assert metric_value(text, "mmobs_http_requests_total", {"route": "/v1/render", "status_class": "2xx"}) >= 2
+    assert metric_value(text, "mmobs_http_requests_total", {"route": "/metrics"}) == 0  # scrapes are not traffic
     assert metric_value(text, "mmobs_hasher_info") == 1
 
 

@@ -22,18 +22,19 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..middleware import MMObsMiddleware
-from .plugin import register
 
-__all__ = ["Middleware"]
+__all__ = ["VLLM_PROBE_PATHS", "Middleware"]
+
+#: vLLM's scrape, health and status endpoints: not traffic. (The paths vLLM's
+#: own request instrumentation leaves out, too.)
+VLLM_PROBE_PATHS: tuple[str, ...] = ("/metrics", "/health", "/load", "/ping", "/version", "/server_info")
 
 
 class Middleware(MMObsMiddleware):
     """:class:`~mmobs.middleware.MMObsMiddleware` preset for ``vllm serve --middleware``."""
 
     def __init__(self, app: ASGIApp) -> None:
-        # vLLM's own scrape and health probe are not traffic (its /metrics is not mmobs's endpoint).
-        super().__init__(app, metrics_path=None, skip_paths=("/metrics", "/health"))
-        register()  # normally done by vLLM's plugin loader already; idempotent
+        super().__init__(app, metrics_path=None, skip_paths=VLLM_PROBE_PATHS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
