@@ -172,8 +172,14 @@ class _MmobsLogger:
     """
 
     def __getattr__(self, name: str) -> Any:
-        logger = structlog.get_logger("mmobs") if structlog.is_configured() else _unconfigured_logger()
+        logger = _configured_logger() if structlog.is_configured() else _unconfigured_logger()
         return getattr(logger, name)
+
+
+@functools.cache
+def _configured_logger() -> Any:
+    # A lazy proxy: it binds to the configuration in force when it first logs, as any structlog user's.
+    return structlog.get_logger("mmobs")
 
 
 @functools.cache
