@@ -35,6 +35,8 @@ import structlog
 
 from .context import current_request
 from .events import get_observer
+from .log_fields import MAX_FIELD_CHARS, safe_text
+from .stdlib_events import events_route
 
 __all__ = [
     "MAX_FIELD_CHARS",
@@ -47,9 +49,6 @@ __all__ = [
     "safe_text",
 ]
 
-#: Longest text (an exception message, a header) that goes into a log field.
-MAX_FIELD_CHARS = 200
-
 #: Set by the middleware on an exception escaping a request: (request_id, route).
 #: The server logs that exception after the request's context is gone.
 REQUEST_ATTRIBUTE = "__mmobs_request__"
@@ -59,23 +58,6 @@ LogFormat = Literal["json", "console"]
 #: Pillow's ``warnings.warn`` text for a short or broken EXIF IFD.
 _CORRUPT_EXIF = "Corrupt EXIF data"
 _UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
-
-
-def safe_text(value: object, limit: int = MAX_FIELD_CHARS) -> str:
-    """``str(value)`` with control characters escaped and the length bounded.
-
-    Exception messages from image decoders can carry raw bytes from the file
-    (newlines included); escaping them keeps one event on one line and stops
-    log injection.
-    """
-    text = str(value)
-    if len(text) > limit * 4:
-        text = text[: limit * 4]
-    if not text.isprintable():
-        text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
-    if len(text) > limit:
-        text = text[: limit - 1] + "\u2026"
-    return text
 
 
 # -- processors -------------------------------------------------------------------
@@ -172,8 +154,10 @@ class _MmobsLogger:
     """
 
     def __getattr__(self, name: str) -> Any:
-        logger = _configured_logger() if structlog.is_configured() else _unconfigured_logger()
-        return getattr(logger, name)
+        if structlog.is_configured():
+            return getattr(_configured_logger(), name)
+        # A host that logs through stdlib (vLLM) may have chosen its logger tree instead.
+        return getattr(events_route() or _unconfigured_logger(), name)
 
 
 @functools.cache

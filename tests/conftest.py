@@ -58,3 +58,66 @@ def silent_observer() -> Iterator[None]:
     """Route events to nobody for the test, so it never moves the global metrics."""
     with observing(None):
         yield
+
+
+# =============================================================================
+# A real vLLM server (test_vllm_server.py, test_prometheus.py): started once per session
+# =============================================================================
+
+
+@pytest.fixture(scope="session")
+def vllm_server_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    """(the vLLM server environment, the tiny model directory); skips where the environment is absent."""
+    from tests.vllm_server import make_model, require_vllm_server
+
+    venv = require_vllm_server()
+    return venv, make_model(venv, tmp_path_factory.mktemp("tiny-qwen2-vl"))
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """``vllm serve`` with mmobs's plugin and preset, the guard on and vLLM's request log.
+
+    ``server.initial`` holds the mmobs samples read right after start-up, before any request.
+    """
+    from tests.vllm_server import MMOBS_FLAGS, VllmServer
+
+    venv, model = vllm_server_env
+    server = VllmServer(
+        venv,
+        model,
+        tmp_path_factory.mktemp("vllm-server"),
+        args=[*MMOBS_FLAGS, "--enable-log-requests"],
+        env={"MMOBS_VLLM_GUARD": "1"},
+    )
+    try:
+        server.wait_until(lambda: "warmup completed" in server.logs(), 60, "done with its multimodal warm-up")
+        server.initial = server.samples()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_servers_json(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """``vllm serve --api-server-count 2`` with mmobs, the guard on, and a JSON logging config."""
+    import json
+
+    from tests.vllm_server import JSON_LOGGING_CONFIG, MMOBS_FLAGS, VllmServer
+
+    venv, model = vllm_server_env
+    directory = tmp_path_factory.mktemp("vllm-servers-json")
+    config = directory / "logging.json"
+    config.write_text(json.dumps(JSON_LOGGING_CONFIG))
+    server = VllmServer(
+        venv,
+        model,
+        directory,
+        args=[*MMOBS_FLAGS, "--api-server-count", "2", "--enable-log-requests"],
+        env={"MMOBS_VLLM_GUARD": "1", "VLLM_LOGGING_CONFIG_PATH": str(config)},
+        name="vllm serve --api-server-count 2",
+    )
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -638,3 +638,37 @@ def test_pixel_limit_context_restores_the_previous_limit() -> None:
             Image._decompression_bomb_check((4, 4))
     with pytest.warns(Image.DecompressionBombWarning):
         Image._decompression_bomb_check((10000, 10000))  # Pillow's own again
+
+
+@pytest.mark.parametrize(
+    ("bit_depth", "color_type"),
+    [(1, 0), (8, 0), (16, 0), (8, 2), (16, 2), (8, 3), (8, 4), (16, 4), (8, 6), (16, 6)],
+)
+def test_a_row_wider_than_pillow_can_address_is_refused_from_the_header(bit_depth: int, color_type: int) -> None:
+    """Pillow fails a row of more than about 2^31 bits with a MemoryError before reading a pixel (a 68-byte PNG of
+    100,000,000x1 was a 500 inside vLLM). The widest row the check lets through decodes without one; one pixel
+    more is refused as too_many_pixels, whatever the pixel limit."""
+    narrow, wide = 1, 2**31  # a binary search for the widest row the check lets through
+    while wide - narrow > 1:
+        middle = (narrow + wide) // 2
+        passes = _passes(png_header_only(middle, 1, bit_depth=bit_depth, color_type=color_type))
+        narrow, wide = (middle, wide) if passes else (narrow, middle)
+    widest = narrow
+    with pytest.raises(BadImageError) as refused:
+        check_image_bytes(png_header_only(widest + 1, 1, bit_depth=bit_depth, color_type=color_type))
+    assert refused.value.reason == "too_many_pixels" and "wide" in refused.value.message
+    limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+    try:
+        image = Image.open(io.BytesIO(png_header_only(widest, 1, bit_depth=bit_depth, color_type=color_type)))
+        with pytest.raises(OSError, match="truncated"):  # the data ends early, as it does: no MemoryError
+            image.load()
+    finally:
+        Image.MAX_IMAGE_PIXELS = limit
+
+
+def _passes(data: bytes) -> bool:
+    try:
+        check_image_bytes(data)
+    except BadImageError:
+        return False
+    return True

@@ -20,6 +20,17 @@ __all__ = ["check_png"]
 
 #: Chunks that carry the image or the animation, not metadata.
 _IMAGE_CHUNKS = frozenset((b"IHDR", b"PLTE", b"IDAT", b"IEND", b"tRNS", b"acTL", b"fcTL", b"fdAT"))
+#: Samples per pixel by PNG colour type (grey, RGB, palette, grey+alpha, RGBA).
+_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+
+
+def _row_bits(bit_depth: int, color_type: int) -> int:
+    """Bits a pixel takes in Pillow's decoder or in its image, whichever is more (a byte for one
+    channel, four for more: Pillow keeps RGB and LA in four)."""
+    channels = _CHANNELS.get(color_type, 4)
+    return max(bit_depth * channels, 8 if channels == 1 else 32)
+
+
 _COMPRESSED = frozenset((b"iCCP", b"zTXt", b"iTXt"))
 _RAW_PROFILE_EXIF = b"Raw profile type exif"
 _INPUT_PIECE = 16 * 1024
@@ -45,9 +56,10 @@ def check_png(data: bytes, limits: DecodeLimits, max_pixels: int | None) -> None
             )
         if kind == b"IEND":
             return
-        if kind == b"IHDR" and length >= 8:
+        if kind == b"IHDR" and length >= 10:
             width = int.from_bytes(data[body : body + 4], "big")
-            check_pixels(width, int.from_bytes(data[body + 4 : body + 8], "big"), max_pixels)
+            height = int.from_bytes(data[body + 4 : body + 8], "big")
+            check_pixels(width, height, max_pixels, _row_bits(data[body + 8], data[body + 9]))
         elif kind == b"fcTL":
             frames += 1
             if frames > limits.max_frames:

