@@ -51,10 +51,9 @@ EXPECTED_UIDS = {
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 #: Series Prometheus itself provides that the rules may read.
 BUILTIN_METRICS = frozenset({"up"})
-#: vLLM's multimodal cache counters (checked against vLLM's source in test_vllm_metrics.py).
+#: vLLM's multimodal cache counters (checked against vLLM's source in test_vllm_metrics.py, and as a real
+#: Prometheus stores them from a real server in test_prometheus.py).
 VLLM_METRICS = frozenset({"vllm:mm_cache_queries_total", "vllm:mm_cache_hits_total"})
-#: ... and as a Prometheus 2.x stores them (prometheus_client escapes the colon in OpenMetrics).
-VLLM_STORED = VLLM_METRICS | {name.replace(":", "_") for name in VLLM_METRICS}
 RUNBOOK_URL = "https://github.com/mmobs/mmobs/blob/main/docs/runbooks/{}.md"
 SEVERITIES = frozenset({"critical", "warning", "info"})
 RATE_INTERVAL = "$__rate_interval"
@@ -335,18 +334,11 @@ def test_template_variables() -> None:
             match = re.fullmatch(r"label_values\(([\w:]*)(\{.*\})?, (\w+)\)", v["query"])
             assert match and match.group(3) == var, (name, v["query"])
             (selector,) = selectors(match.group(1) + (match.group(2) or ""))
-            if selector.name is None:
-                (names,) = [value for label, op, value in selector.matchers if label == "__name__" and op == "=~"]
-                assert set(names.split("|")) <= VLLM_STORED, (name, v["query"])
-            else:
-                assert selector.name in METRIC_NAMES, (name, v["query"])
+            assert selector.name in METRIC_NAMES | VLLM_METRICS, (name, v["query"])
         assert variables["job"]["query"] == 'label_values(mmobs_media_keys_total{job=~"mmobs.*"}, job)', name
         assert 'job=~"$job"' in variables["instance"]["query"], name
     model = {v["name"]: v for v in dashboards()["mmobs-cache-keys.json"]["templating"]["list"]}["model_name"]
-    assert model["query"] == (
-        'label_values({__name__=~"vllm:mm_cache_queries_total|vllm_mm_cache_queries_total",'
-        'job=~"$job",instance=~"$instance"}, model_name)'
-    )
+    assert model["query"] == 'label_values(vllm:mm_cache_queries_total{job=~"$job",instance=~"$instance"}, model_name)'
 
 
 def test_every_panel_has_datasource_description_unit_and_targets() -> None:
@@ -381,12 +373,12 @@ def test_vllm_row_sits_on_the_cache_keys_dashboard() -> None:
     assert all(p["gridPos"]["y"] > row["gridPos"]["y"] for p in below)
     assert all(p["gridPos"]["y"] < row["gridPos"]["y"] for p in panels[:row_index])
     read = {family(s.name or "") for p in below for t in p["targets"] for s in selectors(t["expr"])}
-    assert read >= VLLM_STORED, "vLLM's cache counters, both spellings"
+    assert read >= VLLM_METRICS, "vLLM's cache counters"
     assert {"mmobs_exif_fallback_total", "mmobs_media_keys_total", "mmobs_hash_duration_seconds"} <= read
     for panel in below:
         for target in panel["targets"]:
             for selector in selectors(target["expr"]):
-                if selector.name in VLLM_STORED:
+                if selector.name in VLLM_METRICS:
                     assert ("model_name", "=~", "$model_name") in selector.matchers, target["expr"]
 
 
@@ -431,12 +423,12 @@ def test_every_rate_and_increase_uses_rate_interval() -> None:
 def test_dashboard_metrics_exist() -> None:
     for where, _, target in dashboard_targets():
         for selector in selectors(target["expr"]):
-            assert family(selector.name or "") in METRIC_NAMES | VLLM_STORED, f"{where}: unknown {selector.name}"
+            assert family(selector.name or "") in METRIC_NAMES | VLLM_METRICS, f"{where}: unknown {selector.name}"
 
 
 def test_dashboards_cover_every_metric() -> None:
     used = {family(s.name or "") for _, _, t in dashboard_targets() for s in selectors(t["expr"])}
-    assert used == set(METRIC_NAMES) | VLLM_STORED, f"not on any dashboard: {sorted(set(METRIC_NAMES) - used)}"
+    assert used == set(METRIC_NAMES) | VLLM_METRICS, f"not on any dashboard: {sorted(set(METRIC_NAMES) - used)}"
 
 
 # -- rules and alerts ---------------------------------------------------------------------

@@ -1,22 +1,24 @@
-"""A real Prometheus scraping a real ``mmobs serve`` and vLLM's cache metrics: every query and rule has data.
+"""A real Prometheus scraping a real ``mmobs serve`` and a real ``vllm serve``: every query and rule has data.
 
 Prometheus (Debian's package) runs on a loopback port with a one-second scrape
 and evaluation interval and a temporary data directory, loading the rule files
 from ``dashboards/prometheus/`` as they ship. It scrapes two jobs: ``mmobs``
-(``mmobs serve``) and ``mmobs-vllm`` (:mod:`tests.vllm_metrics`: vLLM 0.33's
-multimodal cache counters, built from vLLM's own definitions, with mmobs keying
-the media in the same process, as when mmobs runs inside vLLM). Skips without
-the binaries, and fails instead under ``MMOBS_REQUIRE_PROMETHEUS=1`` (as in CI).
+(``mmobs serve``) and ``mmobs-vllm`` (the session's ``vllm serve`` with mmobs's
+plugin and preset, ``tests/vllm_server.py``: vLLM's own multimodal cache
+counters and mmobs's series from the same process). Skips without the
+binaries, and fails instead under ``MMOBS_REQUIRE_PROMETHEUS=1`` (as in CI).
+Where the vLLM server environment is absent the vLLM job is left out, its
+tests skip with the reason, and the dashboards' vLLM row is not checked
+(``MMOBS_REQUIRE_VLLM_SERVER=1``, as in CI, makes that a failure).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,9 @@ from dashboards.mixin import MixinConfig, vllm_cache
 from dashboards.mixin.promql import QueryStyle
 from tests import golden, images
 from tests.support import ManagedProcess, ServiceProcess, data_url, free_port, require_binary
-from tests.vllm_metrics import definitions
+from tests.test_vllm_server import chat
+from tests.vllm_metrics import read_definitions
+from tests.vllm_server import VllmServer, delta, require_vllm_server
 
 pytestmark = pytest.mark.prometheus
 
@@ -36,13 +40,12 @@ ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "dashboards" / "prometheus"
 
 VLLM_JOB = "mmobs-vllm"
-#: vllm:mm_cache_hits_total as Prometheus 3 stores it, or vllm_mm_cache_hits_total as 2.x does.
-HITS_STORED = "vllm[:_]mm_cache_hits_total"
-MODEL_NAME = "mmobs-test/vision-model"
-ENGINES = 2
 FALLBACK_IMAGES = 6
 GOOD_IMAGES = 9
 BAD_IMAGES = 4
+#: Chat completions sent to the vLLM server: the seed's image, then one photo again and again (cache hits).
+VLLM_FALLBACKS = 4
+VLLM_REPEATS = 6
 
 
 def _queries_module() -> Any:
@@ -53,27 +56,8 @@ def _queries_module() -> Any:
     return module
 
 
-class VllmExporterProcess(ManagedProcess):
-    """``python -m tests.vllm_metrics``: vLLM's multimodal cache counters plus mmobs, on a loopback port."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.port = free_port()
-        command = [
-            sys.executable, "-m", "tests.vllm_metrics", "--port", str(self.port),
-            "--model-name", MODEL_NAME, "--engines", str(ENGINES),
-        ]  # fmt: skip
-        super().__init__(
-            "vLLM exporter",
-            command,
-            tmp_path / "vllm-exporter.log",
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            cwd=ROOT,
-        )
-        self.wait_until(lambda: httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=1).status_code == 200)
-
-
 class PrometheusProcess(ManagedProcess):
-    def __init__(self, tmp_path: Path, target: str, vllm_target: str) -> None:
+    def __init__(self, tmp_path: Path, target: str, vllm_target: str | None) -> None:
         binary = require_binary("prometheus")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -83,9 +67,12 @@ class PrometheusProcess(ManagedProcess):
             f"rule_files:\n  - {RULES / 'recording-rules.yml'}\n  - {RULES / 'alerts.yml'}\n"
             "scrape_configs:\n  - job_name: mmobs\n    static_configs:\n"
             f"      - targets: ['{target}']\n"
-            f"  - job_name: {VLLM_JOB}\n    static_configs:\n"
-            f"      - targets: ['{vllm_target}']\n"
         )
+        if vllm_target is not None:
+            config.write_text(
+                config.read_text()
+                + f"  - job_name: {VLLM_JOB}\n    static_configs:\n      - targets: ['{vllm_target}']\n"
+            )
         command = [
             binary,
             f"--config.file={config}",
@@ -107,13 +94,38 @@ class PrometheusProcess(ManagedProcess):
         return float(sample["value"][1])
 
 
+@dataclass
+class Stack:
+    service: ServiceProcess
+    prometheus: PrometheusProcess
+    vllm: VllmServer | None
+    #: vLLM's own cache counters on its /metrics, before and after this module's traffic.
+    vllm_before: dict[Any, float]
+    vllm_after: dict[Any, float]
+
+    def require_vllm(self) -> VllmServer:
+        if self.vllm is None:
+            require_vllm_server()  # skips with the reason, or fails under MMOBS_REQUIRE_VLLM_SERVER=1
+        assert self.vllm is not None
+        return self.vllm
+
+
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServiceProcess, PrometheusProcess]]:
+def vllm(request: pytest.FixtureRequest) -> VllmServer | None:
+    """The session's vLLM server, or None where its environment is absent (CI fails instead)."""
+    try:
+        return request.getfixturevalue("vllm_server")
+    except pytest.skip.Exception:
+        return None
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, vllm: VllmServer | None) -> Iterator[Stack]:
     require_binary("prometheus")
     tmp = tmp_path_factory.mktemp("prometheus")
     service = ServiceProcess(tmp)
-    exporter = VllmExporterProcess(tmp)
-    prometheus = PrometheusProcess(tmp, f"127.0.0.1:{service.port}", f"127.0.0.1:{exporter.port}")
+    vllm_target = f"127.0.0.1:{vllm.port}" if vllm is not None else None
+    prometheus = PrometheusProcess(tmp, f"127.0.0.1:{service.port}", vllm_target)
     try:
         # Samples from before the traffic, so every rate() has a baseline.
         prometheus.wait_until(lambda: prometheus.scalar('count_over_time(up{job="mmobs"}[1m])') >= 3, 30, "scraping")
@@ -134,6 +146,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServicePro
                 "https://x/y",
             ):
                 assert client.post("/v1/hash", json={"images": [reason_input]}).status_code == 400
+        vllm_before = vllm_after = {}
+        if vllm is not None:
+            vllm_before = vllm.samples("vllm:mm_cache")
+            fallbacks_before = prometheus.scalar(f'sum(mmobs_exif_fallback_total{{job="{VLLM_JOB}"}}) or vector(0)')
+            for data in [bad_jpeg] * VLLM_FALLBACKS + [good[0]] * VLLM_REPEATS:
+                assert chat(vllm, data)[0] == 200
+            vllm_after = vllm.samples("vllm:mm_cache")
+            prometheus.wait_until(
+                lambda: (
+                    prometheus.scalar(f'sum(mmobs_exif_fallback_total{{job="{VLLM_JOB}"}}) or vector(0)')
+                    == fallbacks_before + VLLM_FALLBACKS
+                ),
+                30,
+                "seeing the vLLM server's traffic",
+            )
         prometheus.wait_until(
             lambda: (
                 prometheus.scalar('sum(mmobs_exif_fallback_total{job="mmobs"})') == FALLBACK_IMAGES
@@ -142,33 +169,29 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServicePro
             30,
             "seeing the traffic",
         )
-        prometheus.wait_until(
-            lambda: prometheus.scalar(f'sum(rate({{__name__=~"{HITS_STORED}",job="{VLLM_JOB}"}}[1m]))') > 0,
-            30,
-            "seeing vLLM cache hits",
-        )
         time.sleep(3)  # a few more scrapes and rule evaluations after the traffic
-        yield service, prometheus
+        yield Stack(service, prometheus, vllm, vllm_before, vllm_after)
     finally:
         prometheus.stop()
-        exporter.stop()
         service.stop()
 
 
 def test_exposition_passes_promtool_check_metrics(stack):
-    service, _ = stack
     result = subprocess.run(
-        [require_binary("promtool"), "check", "metrics"], input=service.metrics(), capture_output=True, text=True
+        [require_binary("promtool"), "check", "metrics"], input=stack.service.metrics(), capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_every_dashboard_query_and_recording_rule_returns_data(stack):
-    _, prometheus = stack
+    """Every query, the vLLM row's included (it reads vLLM's own series, so it needs the vLLM server)."""
+    prometheus = stack.prometheus
     queries = _queries_module()
     empty = []
     checked = 0
     for source, expr in queries.all_queries():
+        if stack.vllm is None and "vllm:" in expr:
+            continue  # test_vllm_row_... below skips (or fails in CI) with the reason
         if not prometheus.query(queries.substitute(expr)):
             empty.append(f"{source}: {expr}")
         checked += 1
@@ -177,7 +200,7 @@ def test_every_dashboard_query_and_recording_rule_returns_data(stack):
 
 
 def test_recording_rules_were_evaluated_by_prometheus(stack):
-    _, prometheus = stack
+    prometheus = stack.prometheus
     queries = _queries_module()
     rules = httpx.get(prometheus.url + "/api/v1/rules", timeout=10).json()["data"]["groups"]
     recorded = [rule for group in rules for rule in group["rules"] if rule["type"] == "recording"]
@@ -188,7 +211,7 @@ def test_recording_rules_were_evaluated_by_prometheus(stack):
 
 
 def test_fallback_count_and_ratio_agree_with_what_was_sent(stack):
-    _, prometheus = stack
+    prometheus = stack.prometheus
     assert (
         prometheus.scalar('sum(mmobs_exif_fallback_total{job="mmobs",kind="media_with_bytes",exception="SyntaxError"})')
         == FALLBACK_IMAGES
@@ -207,43 +230,31 @@ def test_fallback_count_and_ratio_agree_with_what_was_sent(stack):
 
 def test_alerts_quiet_except_the_fallback_ratio(stack):
     """Real traffic: a third of the images are malformed, nothing else is wrong."""
-    _, prometheus = stack
-    alerts = httpx.get(prometheus.url + "/api/v1/alerts", timeout=10).json()["data"]["alerts"]
+    alerts = httpx.get(stack.prometheus.url + "/api/v1/alerts", timeout=10).json()["data"]["alerts"]
     names = {alert["labels"]["alertname"] for alert in alerts}
     assert names <= {"MmobsExifFallbackRatioHigh"}, alerts
 
 
 def test_vllm_series_are_named_labelled_and_typed_as_vllm_defines_them(stack):
-    """The target exports what vLLM's PrometheusStatLogger declares (read from vLLM's source), and Prometheus
-    stores it under the name the dashboards read.
-
-    prometheus_client writes the colon of ``vllm:`` as ``_`` in OpenMetrics sample names (its HELP/TYPE keep
-    the colon; prometheus/client_python#1177), and Prometheus 2.x asks for OpenMetrics, so what it stores is
-    ``vllm_mm_cache_..._total``; Prometheus 3 keeps the colon. A real vLLM behind the same client and
-    Prometheus gives the same, which is why the dashboards read both spellings.
-    """
-    _, prometheus = stack
-    found, origin = definitions()
-    exporter_url = next(
-        target["scrapeUrl"]
-        for target in httpx.get(prometheus.url + "/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
-        if target["labels"]["job"] == VLLM_JOB
-    )
-    families = {family.name: family for family in text_string_to_metric_families(httpx.get(exporter_url).text)}
+    """The real server exports what its own ``PrometheusStatLogger`` declares (read from the server's vLLM
+    source), and Prometheus stores it under that name, colon kept: the name the dashboards read."""
+    vllm = stack.require_vllm()
+    source = Path(vllm.command[0]).parents[1] / "lib"
+    (loggers,) = source.glob("python3*/site-packages/vllm/v1/metrics/loggers.py")
+    found = read_definitions(loggers.read_text(encoding="utf-8"))
+    families = {family.name: family for family in text_string_to_metric_families(vllm.metrics_text())}
     for definition in found.values():
         family = families[definition.name]
-        assert (family.type, family.documentation) == (definition.kind, definition.documentation), origin
+        assert (family.type, family.documentation) == (definition.kind, definition.documentation)
         samples = [sample for sample in family.samples if sample.name == definition.exported_name]
-        assert len(samples) == ENGINES, (origin, family.samples)
-        assert all(set(sample.labels) == set(definition.labelnames) for sample in samples), samples
-        spellings = {definition.exported_name, definition.exported_name.replace(":", "_")}
-        stored = prometheus.query(f'{{__name__=~"{"|".join(spellings)}",job="{VLLM_JOB}"}}')
-        assert len(stored) == ENGINES, (definition, stored)
+        assert samples and all(set(sample.labels) == set(definition.labelnames) for sample in samples), samples
+        stored = stack.prometheus.query(f'{{__name__="{definition.exported_name}",job="{VLLM_JOB}"}}')
+        assert len(stored) == len(samples), (definition, stored)
         for sample in stored:
-            assert sample["metric"]["__name__"] in spellings, sample
             assert set(sample["metric"]) == {"__name__", "job", "instance", *definition.labelnames}, sample
-            assert sample["metric"]["model_name"] == MODEL_NAME
-        assert {sample["metric"]["engine"] for sample in stored} == {str(engine) for engine in range(ENGINES)}
+            assert sample["metric"]["model_name"] == vllm.model
+    # The other spelling, which a stand-in exporter once produced, is never stored.
+    assert stack.prometheus.query('{__name__=~"vllm_mm_cache.*"}') == []
 
 
 def model_variable_selector() -> str:
@@ -253,20 +264,24 @@ def model_variable_selector() -> str:
 
 
 def test_vllm_row_hit_rate_and_model_variable_see_vllm(stack):
-    """The row's hit-rate query, as the dashboard runs it for the model, agrees with what the exporter counts."""
-    _, prometheus = stack
+    """The row's hit rate, as the dashboard runs it for the model, is what vLLM's own counters say."""
+    vllm = stack.require_vllm()
     queries = _queries_module()
     query = QueryStyle.for_dashboards(MixinConfig())
-    hit_rate = prometheus.query(queries.substitute(vllm_cache.hit_rate(query), job=VLLM_JOB, model_name=MODEL_NAME))
-    (sample,) = hit_rate
-    assert sample["metric"] == {"model_name": MODEL_NAME}
-    # The exporter cycles through three images: after the first three lookups every one is a hit.
-    assert 0.9 <= float(sample["value"][1]) <= 1.0
+    moved = delta(stack.vllm_before, stack.vllm_after)
+    hits = sum(value for (name, _), value in moved.items() if name == "vllm:mm_cache_hits_total")
+    lookups = sum(value for (name, _), value in moved.items() if name == "vllm:mm_cache_queries_total")
+    assert lookups == VLLM_FALLBACKS + VLLM_REPEATS and hits >= VLLM_FALLBACKS + VLLM_REPEATS - 2, moved
+    (sample,) = stack.prometheus.query(
+        queries.substitute(vllm_cache.hit_rate(query), job=VLLM_JOB, model_name=vllm.model)
+    )
+    assert sample["metric"] == {"model_name": vllm.model}
+    assert 0 < float(sample["value"][1]) <= 1
     models = httpx.get(
-        prometheus.url + "/api/v1/label/model_name/values",
+        stack.prometheus.url + "/api/v1/label/model_name/values",
         params={"match[]": queries.substitute(model_variable_selector())},
         timeout=10,
     ).json()["data"]
-    assert models == [MODEL_NAME]
-    # mmobs keys the same target's media: the row's mmobs panels have data for the vLLM job too.
-    assert prometheus.scalar(f'sum(rate(mmobs_media_keys_total{{job="{VLLM_JOB}"}}[1m]))') > 0
+    assert models == [vllm.model]
+    # mmobs keys the same server's media: the row's mmobs panels have data for the vLLM job too.
+    assert stack.prometheus.scalar(f'sum(rate(mmobs_media_keys_total{{job="{VLLM_JOB}"}}[1m]))') > 0

@@ -156,8 +156,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     require_binary("prometheus")
     tmp = tmp_path_factory.mktemp("runbooks")
     service = ServiceProcess(tmp, "--log-format", "json", env={"PYTHONHASHSEED": HASH_SEED})
-    # (The second job, test_prometheus's vLLM stand-in, scrapes the same service: its rows are not queried here.)
-    prometheus = PrometheusProcess(tmp, f"127.0.0.1:{service.port}", f"127.0.0.1:{service.port}")
+    prometheus = PrometheusProcess(tmp, f"127.0.0.1:{service.port}", None)
     try:
         prometheus.wait_until(lambda: prometheus.scalar(f'count_over_time(up{{job="{JOB}"}}[1m])') >= 3, 30, "scraping")
         bad_exif = golden.input_bytes("bad-exif-header.jpg")

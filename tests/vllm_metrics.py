@@ -1,29 +1,19 @@
-"""vLLM's multimodal cache metrics, read from vLLM's own source, and an exporter that serves them.
+"""vLLM's multimodal cache metrics, read from vLLM's own source.
 
-The dashboards' vLLM row must match what vLLM 0.33 really exports. Importing
+The dashboards' vLLM row must match what vLLM really exports. Importing
 ``vllm.v1.metrics.loggers`` pulls in torch and the engine (and more packages
 than the CPU install of ``.ci/install-vllm`` carries), so the definitions are
 read from the module's source with :mod:`ast`: ``PrometheusStatLogger.__init__``
 builds them as ``self._counter_cls(name=..., documentation=..., labelnames=labelnames)``
-with ``labelnames = ["model_name", "engine"]``.
-
-Run as a program, this module is the scrape target of ``tests/test_prometheus.py``:
-a stand-in for a vLLM server with mmobs keying its media. It registers the
-counters with prometheus_client under vLLM's names, labels and help texts
-(prometheus_client adds ``_total`` on the wire, as it does for vLLM), keys
-images with mmobs (so mmobs's own series come from the same target, as they do
-when mmobs runs inside vLLM), counts a cache lookup per image and a hit per
-key seen before, and serves ``/metrics``::
-
-    python -m tests.vllm_metrics --port 9400 --model-name some/model
+with ``labelnames = ["model_name", "engine"]``. ``tests/test_prometheus.py``
+checks what a real ``vllm serve`` exports, as a real Prometheus stores it,
+against these definitions.
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import importlib.util
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,55 +134,3 @@ def definitions() -> tuple[dict[str, MetricDefinition], str]:
     if source is None:
         return VLLM_0_33, "recorded vLLM 0.33.0 definitions (vLLM not installed)"
     return read_definitions(source.read_text(encoding="utf-8")), f"vLLM {vllm_version()} source {source}"
-
-
-def serve(port: int, model_name: str, engines: int, interval: float) -> None:
-    """Serve /metrics, then key one image every ``interval`` seconds, counting vLLM cache lookups and hits."""
-    from prometheus_client import REGISTRY, Counter, start_http_server
-
-    import mmobs
-    from tests import golden
-
-    found, origin = definitions()
-    counters = {
-        name: Counter(d.name, d.documentation, list(d.labelnames), registry=REGISTRY) for name, d in found.items()
-    }
-    labels = [{"model_name": model_name, "engine": str(engine)} for engine in range(engines)]
-    for label_values in labels:  # vLLM creates every engine's children up front
-        for counter in counters.values():
-            counter.labels(**label_values)
-    start_http_server(port, addr="127.0.0.1", registry=REGISTRY)
-    print(f"serving vLLM multimodal cache metrics from {origin} on 127.0.0.1:{port}", flush=True)
-    inputs = [golden.input_bytes(name) for name in ("photo.jpg", "rgb.png", "palette.png")]
-    seen: set[str] = set()
-    index = 0
-    while True:  # steady traffic, so every rate() over the series is positive
-        image = mmobs.load_data_url(_data_url(inputs[index % len(inputs)]))
-        key = mmobs.MultiModalHasher.hash_kwargs("blake3", image=image)
-        engine_labels = labels[index % len(labels)]
-        counters["vllm:mm_cache_queries"].labels(**engine_labels).inc()
-        if key in seen:
-            counters["vllm:mm_cache_hits"].labels(**engine_labels).inc()
-        seen.add(key)
-        index += 1
-        time.sleep(interval)
-
-
-def _data_url(data: bytes) -> str:
-    import base64
-
-    return "data:image/png;base64," + base64.b64encode(data).decode()
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description="vLLM multimodal cache metrics with mmobs keying the media")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--model-name", default="mmobs-test/vision-model")
-    parser.add_argument("--engines", type=int, default=2)
-    parser.add_argument("--interval", type=float, default=0.2, help="seconds between keyed images")
-    args = parser.parse_args()
-    serve(args.port, args.model_name, args.engines, args.interval)
-
-
-if __name__ == "__main__":
-    main()

@@ -57,26 +57,17 @@ MMOBS_METRICS: frozenset[str] = frozenset(
 #: are created up front, so it exists from the first scrape of any mmobs process.
 VARIABLE_METRIC = MEDIA_KEYS
 
-# -- vLLM 0.33 (vllm/v1/metrics/loggers.py, PrometheusStatLogger) -------------
+# -- vLLM 0.32 and 0.33 (vllm/v1/metrics/loggers.py, PrometheusStatLogger) ---
 #: Multimodal items looked up in vLLM's processor cache, and the ones found there.
-#: prometheus_client adds ``_total`` to a Counter's name on the wire.
+#: prometheus_client adds ``_total`` to a Counter's name on the wire; vLLM serves the text format, so
+#: Prometheus stores the names with their colon (checked against a real server scraped by a real
+#: Prometheus in tests/test_prometheus.py).
 VLLM_MM_CACHE_QUERIES = "vllm:mm_cache_queries_total"
 VLLM_MM_CACHE_HITS = "vllm:mm_cache_hits_total"
 #: The labels vLLM puts on every per-engine metric.
 VLLM_LABELS: tuple[str, ...] = ("model_name", "engine")
 
 VLLM_METRICS: frozenset[str] = frozenset({VLLM_MM_CACHE_QUERIES, VLLM_MM_CACHE_HITS})
-
-
-def spellings(name: str) -> tuple[str, str]:
-    """A vLLM name as stored by Prometheus 3 (``vllm:...``) and by Prometheus 2 (``vllm_...``).
-
-    prometheus_client's OpenMetrics writer turns the colon into an underscore in
-    sample names (not in HELP/TYPE; prometheus/client_python issue #1177) when
-    the scraper asks for OpenMetrics without ``escaping=allow-utf-8``, which
-    Prometheus 2.x does. Queries read both so the row works on either.
-    """
-    return name, name.replace(":", "_")
 
 
 # -- label values ---------------------------------------------------------------

@@ -6,11 +6,10 @@ multimodal cache hit rate has three usual mmobs-side causes: EXIF fallbacks
 hashing. This row puts them on one screen, vLLM's panels filtered by the
 ``model_name`` variable.
 
-vLLM 0.33 exports ``vllm:mm_cache_queries`` and ``vllm:mm_cache_hits``
+vLLM (0.32 and 0.33) exports ``vllm:mm_cache_queries`` and ``vllm:mm_cache_hits``
 (Counters, so ``_total`` on the wire) labelled ``model_name`` and ``engine``
-(``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger``). A Prometheus 2.x
-stores them as ``vllm_mm_cache_...`` (:func:`.metrics.spellings`); every query
-here reads both spellings.
+(``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger``), and a Prometheus
+scraping the server stores them under those names, colon kept.
 """
 
 from __future__ import annotations
@@ -30,15 +29,14 @@ MODEL_NAME = 'model_name=~"$model_name"'
 def model_name_variable(config: MixinConfig) -> dict[str, Any]:
     """The served models whose vLLM cache series the selected jobs and instances export."""
     query = QueryStyle.for_dashboards(config)
-    names = "|".join(metrics.spellings(metrics.VLLM_MM_CACHE_QUERIES))
-    selector = [f'__name__=~"{names}"', *query.matchers]
-    return query_variable("model_name", "Model", label_values("", selector, "model_name"))
+    return query_variable(
+        "model_name", "Model", label_values(metrics.VLLM_MM_CACHE_QUERIES, query.matchers, "model_name")
+    )
 
 
 def per_model_rate(query: QueryStyle, name: str) -> str:
-    """Per-model rate of a vLLM counter under either spelling (the colon one wins where both exist)."""
-    either = " or ".join(query.rate(spelling, MODEL_NAME) for spelling in metrics.spellings(name))
-    return query.aggregate("sum", either, ["model_name"])
+    """Per-model rate of a vLLM counter, summed over its engines."""
+    return query.aggregate("sum", query.rate(name, MODEL_NAME), ["model_name"])
 
 
 def hit_rate(query: QueryStyle) -> str:
