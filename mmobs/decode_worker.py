@@ -239,7 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     Image.init()
     Image.core.set_blocks_max(0)  # freed pixel blocks go back to the system: the limit is per task
     started = process_memory()
-    send_message(sock, ("ready", {"pid": os.getpid(), **started}))
+    try:
+        send_message(sock, ("ready", {"pid": os.getpid(), **started}))
+    except OSError:
+        return 0  # the service stopped (or gave up on us) while we started: nothing to say, no traceback
     while True:
         _limit_memory(budget)
         idle = process_memory()

@@ -116,6 +116,7 @@ def vllm_servers_json(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest
         args=[*MMOBS_FLAGS, "--api-server-count", "2", "--enable-log-requests"],
         env={"MMOBS_VLLM_GUARD": "1", "VLLM_LOGGING_CONFIG_PATH": str(config)},
         name="vllm serve --api-server-count 2",
+        timeout=360,
     )
     try:
         yield server

@@ -30,8 +30,14 @@ def fallback_total(text: str) -> float:
 
 def worker_pids(process: ServiceProcess) -> list[int]:
     """The uvicorn worker processes (children of the supervisor, not the resource tracker)."""
-    children = psutil.Process(process.process.pid).children()
-    return [c.pid for c in children if "multiprocessing.resource_tracker" not in " ".join(c.cmdline())]
+    pids = []
+    for child in psutil.Process(process.process.pid).children():
+        try:
+            if "multiprocessing.resource_tracker" not in " ".join(child.cmdline()):
+                pids.append(child.pid)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue  # a worker that just exited (killed by the test, or replaced): not serving
+    return pids
 
 
 @pytest.fixture

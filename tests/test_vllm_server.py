@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import shlex
 import subprocess
 import sys
 import threading
@@ -27,6 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -46,6 +48,7 @@ from tests.test_vllm_differential import KNOWN_LOADER_DIFFERENCES
 from tests.vllm_server import VLLM_LINE, VllmServer, delta, series
 
 pytestmark = pytest.mark.vllm_server
+ROOT = Path(__file__).resolve().parents[1]
 
 ROUTE = "/v1/chat/completions"
 #: vLLM's own pixel limit (``VLLM_MAX_IMAGE_PIXELS``'s default), which the plugin's guard applies.
@@ -256,6 +259,19 @@ def test_the_plugin_loads_in_every_vllm_process(vllm_server: VllmServer) -> None
     assert "not shaped as this plugin expects" not in vllm_server.logs()
 
 
+def test_the_readme_shows_the_command_this_server_runs(vllm_server: VllmServer) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (line,) = [line for line in readme.splitlines() if "vllm serve /tmp/tiny-qwen2-vl" in line]
+    words = shlex.split(line)
+    serve = words.index("$V/vllm")
+    environment = dict(word.split("=", 1) for word in words[:serve])
+    assert environment == {"VLLM_CPU_KVCACHE_SPACE": "1", **vllm_server.extra_env}
+    command = [*vllm_server.command[1:]]
+    command[command.index(vllm_server.model)] = "/tmp/tiny-qwen2-vl"
+    command[command.index(str(vllm_server.port))] = "8000"
+    assert words[serve + 1 :] == command
+
+
 # -- the seed's request ---------------------------------------------------------------------------
 
 
@@ -361,6 +377,31 @@ def test_corpus_images_through_the_openai_route(vllm_server: VllmServer) -> None
     for case in known:
         status, _, body = chat(vllm_server, case.payload, case.media_type)
         assert status == 200, (case.name, body)
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("data:image/jpeg;base64", "bad_data_url"),  # no ',' before the payload
+        ("data:image/jpeg," + base64.b64encode(PHOTO).decode(), "bad_data_url"),  # not base64: vLLM's own 501
+        ("data:image/jpeg;base64,not*base64*at*all", "bad_base64"),
+        ("data:image/jpeg;base64,", "empty"),
+    ],
+)
+def test_image_urls_vllm_refuses_before_loading_are_a_counted_4xx(
+    vllm_server: VllmServer, url: str, reason: str
+) -> None:
+    before = vllm_server.samples()
+    client = client_for(vllm_server)
+    messages = [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "Hi"}]}
+    ]
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.chat.completions.create(model=vllm_server.model, max_tokens=4, messages=messages)
+    assert refused.value.status_code == 400, refused.value.response.text
+    moved = comparable(delta(before, vllm_server.samples()))
+    assert moved[series("mmobs_bad_images_total", reason=reason)] == 1
+    assert sum(value for key, value in moved.items() if key[0] == "mmobs_bad_images_total") == 1
 
 
 # -- the guard -------------------------------------------------------------------------------------

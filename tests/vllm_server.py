@@ -13,11 +13,13 @@ SIGTERM); its process group is then killed, so nothing outlives it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -121,23 +123,30 @@ class VllmServer(ManagedProcess):
             # The drift tracker's sampling hashes with Python's seeded hash(): a known seed, a known sample.
             PYTHONHASHSEED="0",
         )
-        child_env.update(env or {})
+        #: What the caller added to the environment (the switches a user would set).
+        self.extra_env = dict(env or {})
+        child_env.update(self.extra_env)
         command = [
             str(venv / "bin" / "vllm"), "serve", self.model, *SERVE_FLAGS,
             "--host", "127.0.0.1", "--port", str(self.port), *args,
         ]  # fmt: skip
         self.command = command
+        self.shm_before = set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
         super().__init__(name, command, directory / f"vllm-{self.port}.log", env=child_env, cwd=directory)
         self.wait_until(lambda: httpx.get(self.url + "/health", timeout=2).status_code == 200, timeout, "healthy")
 
     def stop(self) -> None:
+        """SIGTERM to the server's pid (vLLM shuts its engine down), then nothing of its session may remain."""
         pid = self.process.pid
         super().stop()
-        # The engine core and its workers are the API server's children, in its session: none may remain.
-        try:
+        # The engine core and its workers are the API server's children, in its process group: give them
+        # the time to finish their own shutdown (their shared memory goes with it), then kill what is left.
+        deadline = time.monotonic() + 20
+        while _group_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _group_alive(pid):
             os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _remove_orphaned_shared_memory(self.shm_before)
 
     def metrics_text(self) -> str:
         response = httpx.get(self.url + "/metrics", timeout=10)
@@ -173,6 +182,38 @@ class VllmServer(ManagedProcess):
                 except ValueError:
                     pass
         return records
+
+
+SHM = "/dev/shm"
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _remove_orphaned_shared_memory(before: set[str]) -> None:
+    """vLLM's shared-memory segments (``psm_*``) that appeared while the server ran and nobody maps any more.
+
+    A clean shutdown unlinks them; an engine killed mid-shutdown leaves them in ``/dev/shm``.
+    """
+    if not os.path.isdir(SHM):
+        return
+    new = {name for name in os.listdir(SHM) if name.startswith("psm_")} - before
+    if not new:
+        return
+    mapped: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped.update(name for name in new if f"{SHM}/{name}" in maps.read_text())
+        except OSError:
+            continue
+    for name in new - mapped:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(SHM, name))
 
 
 def _names(process: Any) -> list[str]:

@@ -35,6 +35,7 @@ nothing. Every replacement is recorded, so :func:`unregister` restores vLLM.
 
 from __future__ import annotations
 
+import binascii
 import contextvars
 import functools
 import importlib
@@ -52,7 +53,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
-from ..errors import BadImageError
+from ..errors import BadImageError, BadImageReason
 from ..events import ExifFallback, KeySource, MediaKeyed, MediaKind, TransposeFailure, get_observer, observing
 from ..guard import check_image_bytes
 from ..hashing import IMAGE_ID_TAG
@@ -177,6 +178,8 @@ def _plan() -> _Plan:
     loader_class = _attribute(media_image, "ImageMediaIO")
     original_load_bytes = _function(loader_class, "load_bytes", parameters=2)
     original_make_async = _function(renderers, "make_async")
+    connector_class = _attribute(connector, "MediaConnector")
+    original_data_url = _function(connector_class, "_load_data_url", parameters=3)
     original_dummy_inputs = _function(processor_class, "get_dummy_mm_inputs")
     pool = _attribute(connector, "global_thread_pool")
     if not callable(getattr(pool, "submit", None)):
@@ -185,6 +188,7 @@ def _plan() -> _Plan:
     _same_results(original_id_bytes, _image_id_bytes, _probe_images(), "_get_image_id_bytes")
     _same_results(original_normalize, _normalize_image, _probe_images(), "normalize_image", compare=_pixels)
 
+    guard = _enabled(GUARD_ENV)
     serialize_item = _serialize_item(original_serialize)
     if _enabled(FAST_KEYS_ENV):
         from .fast_keys import fast_serialize_item
@@ -195,7 +199,8 @@ def _plan() -> _Plan:
         (hasher, "_get_hasher_factory", _counting_factory(original_factory), False),
         (hasher_class, "serialize_item", classmethod(serialize_item), False),
         (hasher_class, "hash_kwargs", classmethod(_hash_kwargs(original_hash_kwargs)), False),
-        (loader_class, "load_bytes", _load_bytes(original_load_bytes, guard=_enabled(GUARD_ENV)), False),
+        (loader_class, "load_bytes", _load_bytes(original_load_bytes, guard=guard), False),
+        (connector_class, "_load_data_url", _load_data_url(original_data_url, loader_class, guard=guard), False),
         (renderers, "make_async", _context_make_async(original_make_async), False),
         (pool, "submit", _context_submit(pool.submit), True),
         (processor_class, "get_dummy_mm_inputs", _not_traffic(original_dummy_inputs), False),
@@ -468,18 +473,49 @@ def _load_bytes(original: Callable[[Any, bytes], Any], *, guard: bool) -> Callab
             refusal = report_bad_image(_refusal(error) if data else BadImageError("empty", _EMPTY))
             if guard and not isinstance(error, ValueError):
                 raise _named(refusal) from error
+            setattr(error, _REPORTED, True)  # for _load_data_url, which this call is inside of
             raise
 
     return load_bytes
 
 
 _EMPTY = "the image is empty (0 bytes); send the encoded file"
+#: Set on an exception whose refusal was already counted on its way out of the loader.
+_REPORTED = "__mmobs_reported__"
+
+
+def _load_data_url(original: Callable[..., Any], loader_class: type, *, guard: bool) -> Callable[..., Any]:
+    """vLLM's data-URL reader, counting the image URLs it refuses before any image loader sees them.
+
+    A URL without its ``,``, one not base64-encoded, or a payload that is not
+    base64 never reaches ``load_bytes``: this counts them as ``bad_data_url`` or
+    ``bad_base64`` (refusals of the loader inside were counted there already).
+    vLLM answers a URL that is not base64 with ``501 Not Implemented``, which a
+    client takes for the server's fault and retries; with the guard on it is the
+    ``ValueError`` vLLM answers with a 400, as the others are.
+    """
+
+    @functools.wraps(original)
+    def load_data_url(self: Any, url: str, media_io: Any) -> Any:
+        try:
+            return original(self, url, media_io)
+        except Exception as error:
+            if not isinstance(media_io, loader_class) or getattr(error, _REPORTED, False):
+                raise
+            reason: BadImageReason = "bad_base64" if isinstance(error, binascii.Error) else "bad_data_url"
+            refusal = report_bad_image(BadImageError(reason, f"{type(error).__name__}: {error}"[:300]))
+            if guard and not isinstance(error, ValueError):
+                raise _named(refusal) from error
+            raise
+
+    return load_data_url
 
 
 def _named(refusal: BadImageError) -> BadImageError:
     """The refusal as vLLM's 400 shows it: its message after its reason (``too_costly: the JPEG has...``)."""
     named = BadImageError(refusal.reason, f"{refusal.reason}: {refusal.message}")  # type: ignore[arg-type]
     named.reported = True
+    setattr(named, _REPORTED, True)
     return named
 
 
