@@ -119,6 +119,8 @@ def vllm_servers_json(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest
         timeout=360,
     )
     try:
+        server.wait_until(lambda: server.logs().count("warmup completed") == 2, 60, "done with both warm-ups")
+        server.initial = server.samples()
         yield server
     finally:
         server.stop()
