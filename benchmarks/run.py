@@ -16,7 +16,10 @@ Sections, one module each (``--sections`` takes any of them; ``--only a,b`` is t
 * ``middleware`` (``bench_middleware.py``): MMObsMiddleware and the usual
   alternatives per request in process (CPU time) and through uvicorn + wrk;
 * ``service`` (``bench_service.py``): ``POST /v1/hash`` images/s through
-  ``mmobs serve`` with 1 and 2 workers, and where a request's time goes.
+  ``mmobs serve`` with 1 and 2 workers, and where a request's time goes;
+* ``vllm-server`` (``bench_vllm_server.py``): a real ``vllm serve`` with and
+  without mmobs, side by side: latency, requests/s, API-server CPU per request
+  (needs ``.ci/install-vllm-server``; about 8 more minutes).
 
 Every comparison runs its competitors in the same rounds, interleaved in a
 shuffled order, and reports medians and the median of per-round ratios (see
@@ -44,12 +47,12 @@ from _common import FULL, QUICK, Config
 
 from mmobs.events import get_observer, set_observer
 
-SECTIONS = ("pixels", "bytes", "instrumentation", "middleware", "service")
+SECTIONS = ("pixels", "bytes", "instrumentation", "middleware", "service", "vllm-server")
 
 
 def _runner(section: str) -> Callable[[Config, harness.Report], None]:
     """The section's ``run``, imported only when chosen (each pulls in what it needs)."""
-    module = __import__(f"bench_{section}")
+    module = __import__(f"bench_{section.replace('-', '_')}")
     return module.run  # type: ignore[no-any-return]
 
 
