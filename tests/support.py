@@ -118,6 +118,19 @@ class ManagedProcess:
             self._log.flush()
         return self.log_path.read_text(errors="replace")
 
+    def log_events(self) -> list[dict[str, Any]]:
+        """Every line of the log that is a JSON object, parsed (the others are left out)."""
+        import json
+
+        events = []
+        for line in self.logs().splitlines():
+            if line.startswith("{"):
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    pass
+        return events
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -144,15 +157,3 @@ class ServiceProcess(ManagedProcess):
         response = httpx.get(self.url + "/metrics", headers=headers, timeout=10)
         response.raise_for_status()
         return response.text
-
-    def log_events(self) -> list[dict[str, Any]]:
-        import json
-
-        events = []
-        for line in self.logs().splitlines():
-            if line.startswith("{"):
-                try:
-                    events.append(json.loads(line))
-                except ValueError:
-                    pass
-        return events

@@ -476,7 +476,7 @@ def test_two_api_servers_sum_exactly_and_log_json(vllm_servers_json: VllmServer)
         ids.append(request_id)
     assert comparable(delta(before, server.samples())) == expected
 
-    records = server.json_records()
+    records = server.log_events()
     fallbacks = [record for record in records if record.get("event") == "exif_fallback"]
     assert sorted(record["request_id"] for record in fallbacks) == sorted(ids)
     assert {record["process"] for record in fallbacks} <= set(server.api_server_pids())

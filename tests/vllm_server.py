@@ -14,7 +14,6 @@ SIGTERM); its process group is then killed, so nothing outlives it.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -172,16 +171,6 @@ class VllmServer(ManagedProcess):
 
     def log_lines(self) -> list[str]:
         return self.logs().splitlines()
-
-    def json_records(self) -> list[dict[str, Any]]:
-        records = []
-        for line in self.log_lines():
-            if line.startswith("{"):
-                try:
-                    records.append(json.loads(line))
-                except ValueError:
-                    pass
-        return records
 
 
 SHM = "/dev/shm"
