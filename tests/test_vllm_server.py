@@ -256,8 +256,10 @@ def test_the_plugin_loads_in_every_vllm_process(vllm_server: VllmServer) -> None
         for match in map(VLLM_LINE.match, vllm_server.log_lines())
         if match is not None and "mmobs: counting vLLM 0.32.0's multimodal fallbacks" in match["message"]
     ]
-    assert {"EngineCore", "APIServer"} <= {name.split("-")[0] for name in loaded} | {"APIServer"}, loaded
-    assert any(name.startswith("VllmWorker") for name in loaded), loaded
+    # The engine processes say so in vLLM's log; the API server's info line does not reach vLLM's log
+    # (seen on 0.32.0, cause not looked into), so its series on /metrics show the plugin there.
+    assert "EngineCore" in loaded and any(name.startswith("VllmWorker") for name in loaded), loaded
+    assert series("mmobs_exif_fallback_total", kind="image", exception="SyntaxError") in vllm_server.initial
     assert "not shaped as this plugin expects" not in vllm_server.logs()
 
 
