@@ -85,9 +85,11 @@ class StdlibEventLogger:
         if request is not None:
             fields.setdefault("request_id", request.request_id)
             fields.setdefault("route", request.route)
-        extra = {(f"{key}_" if key in _RECORD_ATTRIBUTES else key): value for key, value in fields.items()}
-        extra["event"] = event
-        extra["mmobs_fields"] = tuple(extra)[:-1]
+        extra: dict[str, Any] = {
+            (f"{key}_" if key in _RECORD_ATTRIBUTES else key): value for key, value in fields.items()
+        }
+        names = tuple(extra)
+        extra.update(event=event, mmobs_fields=names)
         message = " ".join([event, *(f"{key}={_logfmt_value(value)}" for key, value in fields.items())])
         # stacklevel 3: the record names the line in mmobs that logged, not this adapter.
         self.logger.log(level, "%s", message, extra=extra, stacklevel=3)
