@@ -57,6 +57,7 @@ __all__ = [
     "ImageMediaIO",
     "bad_image_from_pillow",
     "data_url_bytes",
+    "empty_image_error",
     "has_transparency",
     "load_data_url",
     "normalize_image",
@@ -76,6 +77,11 @@ _ALL_MODES: frozenset[str] = frozenset(getattr(Image, "MODES", ())) or frozenset
      "LAB", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "YCbCr")
 )  # fmt: skip
 _DATA_URL_MEDIA_TYPES = ("", "application/octet-stream")
+
+
+def empty_image_error() -> BadImageError:
+    """The refusal of zero bytes, worded once for every loader that meets them (vLLM's, through the plugin)."""
+    return BadImageError("empty", "the image is empty (0 bytes); send the encoded file")
 
 
 def report_bad_image(error: BadImageError) -> BadImageError:
@@ -241,7 +247,7 @@ class ImageMediaIO:
         key path (:mod:`mmobs.keys`) shares it, so both paths refuse alike.
         """
         if not data:
-            raise BadImageError("empty", "the image is empty (0 bytes); send the encoded file")
+            raise empty_image_error()
         if len(data) > self.max_bytes:
             raise _too_large(len(data), self.max_bytes)
         if self.decode_limits is not None and (self.formats is None or sniff_format(data) in self.formats):

@@ -12,7 +12,7 @@ structlog). Each event becomes one record that serves both kinds of formatter:
   text formatter (vLLM's ``%(message)s``) shows everything on one line;
 * its fields are attributes of the record too, with ``event`` and
   ``mmobs_fields`` (their names), so a JSON formatter renders them as keys:
-  :class:`JSONFormatter` (or python-json-logger, which renders record extras).
+  :class:`JSONFormatter`.
 
 The current request's ``request_id`` and ``route`` are added as in
 :func:`mmobs.logs.add_request_context`.

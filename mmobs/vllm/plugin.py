@@ -57,8 +57,9 @@ from ..errors import BadImageError, BadImageReason
 from ..events import ExifFallback, KeySource, MediaKeyed, MediaKind, TransposeFailure, get_observer, observing
 from ..guard import check_image_bytes
 from ..hashing import IMAGE_ID_TAG
-from ..image_io import bad_image_from_pillow, report_bad_image
+from ..image_io import bad_image_from_pillow, empty_image_error, report_bad_image
 from ..media import is_media_with_bytes
+from ..stdlib_events import log_events_to_stdlib
 
 __all__ = ["FAST_KEYS_ENV", "GUARD_ENV", "PLUGIN_ENV", "ShapeMismatch", "register", "registered", "unregister"]
 
@@ -137,8 +138,6 @@ def register() -> None:
             _applied.append(_Replacement(target, name, inspect.getattr_static(target, name), instance_attribute))
             setattr(target, name, replacement)
         # One log stream: mmobs's events become records of vLLM's logger tree (while structlog is unconfigured).
-        from ..stdlib_events import log_events_to_stdlib
-
         log_events_to_stdlib(_log.name)
         _log.info("mmobs: counting vLLM %s's multimodal fallbacks (%d attributes wrapped)", _vllm_version(), len(plan))
 
@@ -150,8 +149,6 @@ def unregister() -> None:
         while _applied:
             _applied.pop().restore()
         _declined = False
-        from ..stdlib_events import log_events_to_stdlib
-
         log_events_to_stdlib(None)
 
 
@@ -470,7 +467,7 @@ def _load_bytes(original: Callable[[Any, bytes], Any], *, guard: bool) -> Callab
         except MemoryError:
             raise
         except Exception as error:
-            refusal = report_bad_image(_refusal(error) if data else BadImageError("empty", _EMPTY))
+            refusal = report_bad_image(_refusal(error) if data else empty_image_error())
             if guard and not isinstance(error, ValueError):
                 raise _named(refusal) from error
             setattr(error, _REPORTED, True)  # for _load_data_url, which this call is inside of
@@ -479,7 +476,6 @@ def _load_bytes(original: Callable[[Any, bytes], Any], *, guard: bool) -> Callab
     return load_bytes
 
 
-_EMPTY = "the image is empty (0 bytes); send the encoded file"
 #: Set on an exception whose refusal was already counted on its way out of the loader.
 _REPORTED = "__mmobs_reported__"
 
