@@ -35,7 +35,7 @@ from blake3 import blake3  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from mmobs import MultiModalHasher, observing  # noqa: E402
-from mmobs.instrument import Instrumentation, set_hasher_info  # noqa: E402
+from mmobs.observability.instrument import Instrumentation, set_hasher_info  # noqa: E402
 
 MiB = 1024 * 1024
 

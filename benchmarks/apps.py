@@ -8,7 +8,7 @@ templates as labels where it has them):
 * ``noop``: a pure-ASGI middleware that wraps ``send`` and does nothing else,
   the floor any ASGI middleware pays;
 * ``correlation_id``: asgi-correlation-id (a request id, nothing else);
-* ``mmobs``: :class:`~mmobs.middleware.MMObsMiddleware`;
+* ``mmobs``: :class:`~mmobs.asgi.middleware.MMObsMiddleware`;
 * ``starlette_exporter``: starlette_exporter's ``PrometheusMiddleware``;
 * ``instrumentator``: prometheus-fastapi-instrumentator.
 
@@ -68,7 +68,7 @@ def correlation_id() -> Starlette:
 
 
 def mmobs() -> Starlette:
-    from mmobs.middleware import MMObsMiddleware
+    from mmobs.asgi.middleware import MMObsMiddleware
 
     return _app([Middleware(MMObsMiddleware)])
 

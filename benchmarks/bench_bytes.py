@@ -39,7 +39,7 @@ def run(cfg: Config, out: harness.Report) -> None:
     )
     out()
     from mmobs.events import get_observer, set_observer
-    from mmobs.instrument import default_instrumentation
+    from mmobs.observability.instrument import default_instrumentation
 
     default = default_instrumentation()
     rows = []

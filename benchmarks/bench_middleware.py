@@ -63,7 +63,7 @@ def _mmobs_with_access_log() -> Any:
     """MMObsMiddleware with its canonical line on (``mmobs serve``'s default), written as JSON to /dev/null."""
     from starlette.middleware import Middleware
 
-    from mmobs.middleware import MMObsMiddleware
+    from mmobs.asgi.middleware import MMObsMiddleware
 
     return apps._app([Middleware(MMObsMiddleware, access_log=True)])
 
@@ -140,8 +140,8 @@ def _in_process(cfg: Config, out: harness.Report, factories: dict[str, Any]) -> 
 
 def _breakdown(cfg: Config, out: harness.Report) -> None:
     """The per-request pieces of MMObsMiddleware, each timed alone (hot)."""
-    from mmobs.context import RequestStats, current_request
-    from mmobs.middleware import MMObsMiddleware
+    from mmobs.asgi.middleware import MMObsMiddleware
+    from mmobs.observability.context import RequestStats, current_request
 
     app = apps.bare()
     middleware = MMObsMiddleware(app)

@@ -16,7 +16,7 @@ from _common import Config, MiB, blake3_alone, keyer, mmobs_key, noisy_image, st
 from blake3 import blake3
 from PIL import Image
 
-import mmobs.pixels
+import mmobs.keys.pixels
 
 
 def run(cfg: Config, out: harness.Report) -> None:
@@ -110,7 +110,7 @@ def run(cfg: Config, out: harness.Report) -> None:
 def _pixel_path(image: Image.Image) -> str:
     """Which way mmobs reads these pixels (private API: "?" if it changed)."""
     try:
-        from mmobs.pixels import _zero_copy_view
+        from mmobs.keys.pixels import _zero_copy_view
 
         return "zero-copy" if _zero_copy_view(image, np.asarray(image).nbytes) is not None else "streamed"
     except Exception:  # noqa: BLE001 - only a label
@@ -118,15 +118,15 @@ def _pixel_path(image: Image.Image) -> str:
 
 
 def with_chunk_bytes(size: int, fn: Callable[[], object]) -> Callable[[], object]:
-    """``fn`` run with ``mmobs.pixels.STREAM_CHUNK_BYTES`` set to ``size`` (it is read per call)."""
+    """``fn`` run with ``mmobs.keys.pixels.STREAM_CHUNK_BYTES`` set to ``size`` (it is read per call)."""
 
     def run() -> object:
-        previous = mmobs.pixels.STREAM_CHUNK_BYTES
-        mmobs.pixels.STREAM_CHUNK_BYTES = size
+        previous = mmobs.keys.pixels.STREAM_CHUNK_BYTES
+        mmobs.keys.pixels.STREAM_CHUNK_BYTES = size
         try:
             return fn()
         finally:
-            mmobs.pixels.STREAM_CHUNK_BYTES = previous
+            mmobs.keys.pixels.STREAM_CHUNK_BYTES = previous
 
     return run
 
@@ -138,7 +138,7 @@ def pack_only(image: Image.Image) -> Callable[[], None]:
         encoder = Image._getencoder(image.mode, "raw", image.mode)
         encoder.setimage(image.im, (0, 0, *image.size))
         try:
-            while not encoder.encode(mmobs.pixels.STREAM_CHUNK_BYTES)[1]:
+            while not encoder.encode(mmobs.keys.pixels.STREAM_CHUNK_BYTES)[1]:
                 pass
         finally:
             encoder.cleanup()
@@ -148,7 +148,7 @@ def pack_only(image: Image.Image) -> Callable[[], None]:
 
 def _chunk_sweep(cfg: Config, out: harness.Report) -> None:
     """Where the streamed (RGB, multi-block RGBA) path's time goes, by chunk size."""
-    current = mmobs.pixels.STREAM_CHUNK_BYTES
+    current = mmobs.keys.pixels.STREAM_CHUNK_BYTES
     sizes = sorted({96 * 1024, current, 512 * 1024})
     out(
         f"Streamed path by `STREAM_CHUNK_BYTES` (now {current // 1024} KiB, 96 KiB before), ratio to "

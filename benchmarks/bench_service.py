@@ -220,8 +220,8 @@ def _short(key: tuple[str, int, str]) -> str:
 @contextlib.contextmanager
 def _inline_service(body: bytes) -> Any:
     """One ``POST /v1/hash`` through ``create_app()`` in-process, its decoding run inline (no decode workers)."""
-    from mmobs.decode_pool import InlineDecoder
-    from mmobs.service import ServiceConfig, create_app
+    from mmobs.service.app import ServiceConfig, create_app
+    from mmobs.service.decode_pool import InlineDecoder
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": body, "more_body": False}
@@ -300,7 +300,7 @@ def _service_profile(cfg: Config, out: harness.Report, body: bytes, data: bytes)
 
 
 def _stage_timings(cfg: Config, out: harness.Report, body: bytes, data: bytes, request_time: float) -> None:
-    from mmobs.image_io import _decode_base64, b64decode
+    from mmobs.keys.loader import _decode_base64, b64decode
 
     payload = json.loads(body)["images"][0].split(",", 1)[1]
     loaded = Image.open(io.BytesIO(data))

@@ -25,10 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("prometheus_client", "structlog", "starlette")
 IMPORTS = {
     "numpy, PIL.Image, blake3 (what the core needs)": "import numpy, PIL.Image, blake3",
-    "mmobs.hashing": "import mmobs.hashing",
-    "mmobs.hashing + mmobs.image_io": "import mmobs.hashing, mmobs.image_io",
+    "mmobs.keys.hashing": "import mmobs.keys.hashing",
+    "mmobs.keys.hashing + mmobs.keys.loader": "import mmobs.keys.hashing, mmobs.keys.loader",
     "mmobs.vllm (the plugin's entry point)": "import mmobs.vllm",
-    "mmobs.instrument (metrics and logs)": "import mmobs.instrument",
+    "mmobs.observability.instrument (metrics and logs)": "import mmobs.observability.instrument",
     "mmobs.MMObsMiddleware": "import mmobs; mmobs.MMObsMiddleware",
 }
 

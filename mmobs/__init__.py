@@ -6,7 +6,7 @@ set-up: the default :class:`Instrumentation` installs itself on the first
 event. Use :func:`install` for another registry or options, or
 ``set_observer(None)`` to turn reporting off.
 
-Names are loaded on first access, so ``import mmobs.hashing`` (what the vLLM
+Names are loaded on first access, so ``import mmobs.keys.hashing`` (what the vLLM
 plugin loads in every vLLM process) pulls in neither prometheus_client,
 structlog nor Starlette.
 """
@@ -16,107 +16,107 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._version import __version__
+from mmobs._version import __version__
 
 if TYPE_CHECKING:
-    from .drift import DriftTracker as DriftTracker
-    from .errors import (
+    from mmobs.asgi.middleware import MMObsMiddleware as MMObsMiddleware
+    from mmobs.errors import (
         BAD_IMAGE_REASONS as BAD_IMAGE_REASONS,
     )
-    from .errors import (
+    from mmobs.errors import (
         BadImageError as BadImageError,
     )
-    from .errors import (
+    from mmobs.errors import (
         InvalidOptionError as InvalidOptionError,
     )
-    from .events import (
+    from mmobs.events import (
         HashObserver as HashObserver,
     )
-    from .events import (
+    from mmobs.events import (
         get_observer as get_observer,
     )
-    from .events import (
+    from mmobs.events import (
         observing as observing,
     )
-    from .events import (
+    from mmobs.events import (
         set_observer as set_observer,
     )
-    from .fingerprint import compute_fingerprint as compute_fingerprint
-    from .guard import DecodeLimits as DecodeLimits
-    from .guard import check_image_bytes as check_image_bytes
-    from .hashing import (
-        ALGORITHMS as ALGORITHMS,
-    )
-    from .hashing import (
-        MultiModalHasher as MultiModalHasher,
-    )
-    from .hashing import (
-        UnsupportedTypeWarning as UnsupportedTypeWarning,
-    )
-    from .image_io import (
-        ImageMediaIO as ImageMediaIO,
-    )
-    from .image_io import (
-        load_data_url as load_data_url,
-    )
-    from .image_io import (
-        normalize_image as normalize_image,
-    )
-    from .image_io import (
-        safe_exif_transpose as safe_exif_transpose,
-    )
-    from .instrument import (
-        Instrumentation as Instrumentation,
-    )
-    from .instrument import (
-        default_instrumentation as default_instrumentation,
-    )
-    from .instrument import (
-        install as install,
-    )
-    from .keys import (
+    from mmobs.keys.from_bytes import (
         ImageKey as ImageKey,
     )
-    from .keys import (
+    from mmobs.keys.from_bytes import (
         key_for_bytes as key_for_bytes,
     )
-    from .keys import (
+    from mmobs.keys.from_bytes import (
         key_image as key_image,
     )
-    from .logs import add_request_context as add_request_context
-    from .logs import configure_logging as configure_logging
-    from .media import MediaWithBytes as MediaWithBytes
-    from .middleware import MMObsMiddleware as MMObsMiddleware
+    from mmobs.keys.guard import DecodeLimits as DecodeLimits
+    from mmobs.keys.guard import check_image_bytes as check_image_bytes
+    from mmobs.keys.hashing import (
+        ALGORITHMS as ALGORITHMS,
+    )
+    from mmobs.keys.hashing import (
+        MultiModalHasher as MultiModalHasher,
+    )
+    from mmobs.keys.hashing import (
+        UnsupportedTypeWarning as UnsupportedTypeWarning,
+    )
+    from mmobs.keys.loader import (
+        ImageMediaIO as ImageMediaIO,
+    )
+    from mmobs.keys.loader import (
+        load_data_url as load_data_url,
+    )
+    from mmobs.keys.loader import (
+        normalize_image as normalize_image,
+    )
+    from mmobs.keys.loader import (
+        safe_exif_transpose as safe_exif_transpose,
+    )
+    from mmobs.keys.media import MediaWithBytes as MediaWithBytes
+    from mmobs.observability.drift import DriftTracker as DriftTracker
+    from mmobs.observability.fingerprint import compute_fingerprint as compute_fingerprint
+    from mmobs.observability.instrument import (
+        Instrumentation as Instrumentation,
+    )
+    from mmobs.observability.instrument import (
+        default_instrumentation as default_instrumentation,
+    )
+    from mmobs.observability.instrument import (
+        install as install,
+    )
+    from mmobs.observability.logs import add_request_context as add_request_context
+    from mmobs.observability.logs import configure_logging as configure_logging
 
 #: Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
-    "ALGORITHMS": "hashing",
+    "ALGORITHMS": "keys.hashing",
     "BAD_IMAGE_REASONS": "errors",
     "BadImageError": "errors",
-    "DecodeLimits": "guard",
-    "DriftTracker": "drift",
+    "DecodeLimits": "keys.guard",
+    "DriftTracker": "observability.drift",
     "HashObserver": "events",
-    "ImageKey": "keys",
-    "ImageMediaIO": "image_io",
-    "Instrumentation": "instrument",
+    "ImageKey": "keys.from_bytes",
+    "ImageMediaIO": "keys.loader",
+    "Instrumentation": "observability.instrument",
     "InvalidOptionError": "errors",
-    "MMObsMiddleware": "middleware",
-    "MediaWithBytes": "media",
-    "MultiModalHasher": "hashing",
-    "UnsupportedTypeWarning": "hashing",
-    "add_request_context": "logs",
-    "check_image_bytes": "guard",
-    "compute_fingerprint": "fingerprint",
-    "configure_logging": "logs",
-    "default_instrumentation": "instrument",
+    "MMObsMiddleware": "asgi.middleware",
+    "MediaWithBytes": "keys.media",
+    "MultiModalHasher": "keys.hashing",
+    "UnsupportedTypeWarning": "keys.hashing",
+    "add_request_context": "observability.logs",
+    "check_image_bytes": "keys.guard",
+    "compute_fingerprint": "observability.fingerprint",
+    "configure_logging": "observability.logs",
+    "default_instrumentation": "observability.instrument",
     "get_observer": "events",
-    "install": "instrument",
-    "key_for_bytes": "keys",
-    "key_image": "keys",
-    "load_data_url": "image_io",
-    "normalize_image": "image_io",
+    "install": "observability.instrument",
+    "key_for_bytes": "keys.from_bytes",
+    "key_image": "keys.from_bytes",
+    "load_data_url": "keys.loader",
+    "normalize_image": "keys.loader",
     "observing": "events",
-    "safe_exif_transpose": "image_io",
+    "safe_exif_transpose": "keys.loader",
     "set_observer": "events",
 }
 

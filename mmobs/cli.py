@@ -20,14 +20,14 @@ from typing import Any, TextIO
 import structlog
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from ._version import __version__
-from .config import CONFIG_ENV, ServiceConfig
-from .errors import BadImageError
-from .events import RecordingObserver, get_observer, observing
-from .hashing import ALGORITHMS, IMAGE_ID_TAG, MultiModalHasher
-from .image_io import ImageMediaIO, pillow_error_reason, report_bad_image
-from .keys import key_image
-from .logs import configure_logging, safe_text
+from mmobs._version import __version__
+from mmobs.errors import BadImageError
+from mmobs.events import RecordingObserver, get_observer, observing
+from mmobs.keys.from_bytes import key_image
+from mmobs.keys.hashing import ALGORITHMS, IMAGE_ID_TAG, MultiModalHasher
+from mmobs.keys.loader import ImageMediaIO, pillow_error_reason, report_bad_image
+from mmobs.observability.logs import configure_logging, safe_text
+from mmobs.service.config import CONFIG_ENV, ServiceConfig
 
 _ORIENTATION_TAG = 0x0112
 
@@ -258,7 +258,7 @@ def _describe_path(result: dict[str, Any]) -> str:
 
 
 def cmd_fingerprint(args: argparse.Namespace) -> int:
-    from .fingerprint import compute_fingerprint
+    from mmobs.observability.fingerprint import compute_fingerprint
 
     fingerprint = compute_fingerprint()
     if args.json:
@@ -325,14 +325,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # No text handlers of uvicorn's own: its records reach configure_logging's handler.
         "log_config": None,
         # Header and body deadlines and a connection cap that evicts idle connections
-        # (mmobs.http_guard) instead of uvicorn's limit_concurrency, whose 503s idle sockets trigger.
-        "http": "mmobs.http_guard:GuardedH11Protocol",
+        # (mmobs.service.http_guard) instead of uvicorn's limit_concurrency, whose 503s idle sockets trigger.
+        "http": "mmobs.service.http_guard:GuardedH11Protocol",
         "ws": "none",
         "limit_concurrency": None,
         "h11_max_incomplete_event_size": 64 * 1024,
     }
     if args.workers <= 1:
-        from .service import create_app
+        from mmobs.service.app import create_app
 
         app = create_app(config)
         _start_metrics_server(args, config)
@@ -344,7 +344,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     try:
         _start_metrics_server(args, config)
-        uvicorn.run("mmobs.service:create_app", factory=True, workers=args.workers, **options)
+        uvicorn.run("mmobs.service.app:create_app", factory=True, workers=args.workers, **options)
     finally:
         if owned_dir:
             shutil.rmtree(owned_dir, ignore_errors=True)
@@ -355,7 +355,7 @@ def _start_metrics_server(args: argparse.Namespace, config: ServiceConfig) -> No
     """Serve the metrics on their own port (a listener only Prometheus can reach), with the same token."""
     if not args.metrics_port:
         return
-    from .metrics_server import start_metrics_server
+    from mmobs.service.metrics_server import start_metrics_server
 
     # In multiprocess mode every scrape re-reads every worker's files.
     start_metrics_server(args.metrics_port, args.host, config.metrics_token)

@@ -3,7 +3,7 @@
 The hasher and the image loader never import prometheus_client or structlog.
 They describe what happened (an exception swallowed, a media item keyed, a
 hash timed, an input refused) as small frozen records and hand them to the
-current :class:`HashObserver`. The observability layer (:mod:`mmobs.instrument`)
+current :class:`HashObserver`. The observability layer (:mod:`mmobs.observability.instrument`)
 is one such observer; tests and other integrations can install their own.
 
 The current observer is process-wide (:func:`set_observer`) and can be
@@ -12,7 +12,7 @@ overridden for a block of code in the current context only
 inputs without moving the traffic counters.
 
 Until someone chooses an observer, the first event installs mmobs's default
-instrumentation (:func:`mmobs.instrument.default_instrumentation`): a library
+instrumentation (:func:`mmobs.observability.instrument.default_instrumentation`): a library
 user gets counters and log events with no set-up, while importing the hashing
 core stays free of prometheus_client and structlog (they load on first use).
 """
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 if TYPE_CHECKING:
     from PIL import Image
 
-    from .errors import BadImageError
+    from mmobs.errors import BadImageError
 
 __all__ = [
     "KEY_PATHS",
@@ -51,7 +51,7 @@ __all__ = [
 
 MediaKind = Literal["image", "media_with_bytes", "video"]
 KeySource = Literal["image_id", "pixels", "original_bytes", "frames"]
-#: How :func:`mmobs.keys.key_image` keyed an image: from the header alone, from the
+#: How :func:`mmobs.keys.from_bytes.key_image` keyed an image: from the header alone, from the
 #: header after decoding because the header could not decide, or by a full decode
 #: because the caller asked for one (``verify="decode"``).
 KeyPath = Literal["header", "header_decoded", "decode"]
@@ -124,7 +124,7 @@ class HashObserver:
         """The loader refused an input."""
 
     def exif_corrupt_warning(self, message: str) -> None:
-        """Pillow warned ``Corrupt EXIF data`` (seen where warnings are captured: :mod:`mmobs.logs`)."""
+        """Pillow warned ``Corrupt EXIF data`` (seen where warnings are captured: :mod:`mmobs.observability.logs`)."""
 
     def key_path(self, key_path: KeyPath) -> None:
         """The no-decode key path keyed an image by ``key_path``."""
@@ -209,7 +209,9 @@ def _install_default() -> HashObserver:
     global _global_observer
     with _default_lock:
         if _global_observer is None:
-            from .instrument import default_instrumentation  # prometheus_client, structlog: first use only
+            from mmobs.observability.instrument import (
+                default_instrumentation,  # prometheus_client, structlog: first use only
+            )
 
             _global_observer = default_instrumentation()
         return _global_observer

@@ -13,7 +13,7 @@ are done and the input is read.
 
 Loaders:
 
-* ``mmobs``: ``mmobs.image_io.ImageMediaIO()`` (default limits) then
+* ``mmobs``: ``mmobs.keys.loader.ImageMediaIO()`` (default limits) then
   ``MultiModalHasher.hash_kwargs("blake3", image=...)``; the outcome is the
   key or the ``BadImageError`` reason.
 * ``mmobs-before``: the same, with ``mmobs`` exported from ``--before-ref``
@@ -85,8 +85,8 @@ if loader in ("vllm", "vllm-guard"):
 else:
     from mmobs.errors import BadImageError
     from mmobs.events import observing
-    from mmobs.hashing import MultiModalHasher
-    from mmobs.image_io import ImageMediaIO
+    from mmobs.keys.hashing import MultiModalHasher
+    from mmobs.keys.loader import ImageMediaIO
     io = ImageMediaIO()
     def run(data):
         with observing(None):

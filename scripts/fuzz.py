@@ -19,7 +19,7 @@ Properties checked on every execution (a violation is a *finding*):
   :class:`~mmobs.events.RecordingObserver`), the ``ExifFallback`` events a
   counting observer (a ``HashObserver`` subclass) received and the movement of
   ``mmobs_exif_fallback_total`` in a private
-  :class:`~mmobs.instrument.Instrumentation` registry are the same number, at
+  :class:`~mmobs.observability.instrument.Instrumentation` registry are the same number, at
   most one per key;
 * the media key is the original-bytes key (a decoded image never carries a
   ``uuid.UUID`` ImageID), so a fallback cannot change it, and the pixel key

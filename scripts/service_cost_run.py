@@ -204,7 +204,7 @@ class Tree:
         pids = []
         for child in psutil.Process(self.server).children():
             try:
-                if "mmobs.decode_worker" in " ".join(child.cmdline()):
+                if "mmobs.service.decode_worker" in " ".join(child.cmdline()):
                     pids.append(child.pid)
             except psutil.Error:
                 pass

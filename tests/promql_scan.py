@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from mmobs.metrics import METRIC_NAMES
+from mmobs.observability.metrics import METRIC_NAMES
 
 _TOKEN = re.compile(
     r"""

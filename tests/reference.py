@@ -21,7 +21,7 @@ import numpy as np
 from blake3 import blake3
 from PIL import Image
 
-from mmobs.media import MediaWithBytes
+from mmobs.keys.media import MediaWithBytes
 
 IMAGE_ID_TAG = 0x800D
 

@@ -21,8 +21,8 @@ import structlog
 from PIL import Image
 from starlette.testclient import TestClient
 
-from mmobs.config import ServiceConfig
-from mmobs.service import create_app
+from mmobs.service.app import create_app
+from mmobs.service.config import ServiceConfig
 from tests import golden, images
 from tests.support import ServiceProcess, data_url, metric_value
 
@@ -54,7 +54,7 @@ def decode_workers(process: ServiceProcess) -> list[psutil.Process]:
     found = []
     for child in psutil.Process(process.process.pid).children():
         try:
-            if "mmobs.decode_worker" in " ".join(child.cmdline()):
+            if "mmobs.service.decode_worker" in " ".join(child.cmdline()):
                 found.append(child)
         except psutil.Error:  # a retired worker being reaped
             pass

@@ -14,7 +14,7 @@ import pytest
 
 import mmobs
 from mmobs.cli import _HelpFormatter, build_parser
-from mmobs.fingerprint import compute_fingerprint
+from mmobs.observability.fingerprint import compute_fingerprint
 from tests import golden
 from tests.markdown import fenced_blocks, section
 

@@ -1,6 +1,6 @@
 """Idle and slow clients must not starve ``mmobs serve`` (issue #11): header and body deadlines, a cap that evicts.
 
-Before :mod:`mmobs.http_guard`, 1,024 sockets that never sent a byte made
+Before :mod:`mmobs.service.http_guard`, 1,024 sockets that never sent a byte made
 uvicorn answer 503 to every request (its ``limit_concurrency`` counted them)
 for as long as they stayed open, and those 503s reached no metric.
 """

@@ -36,11 +36,11 @@ from prometheus_client import CollectorRegistry
 
 from mmobs.errors import BAD_IMAGE_REASONS, BadImageError
 from mmobs.events import RecordingObserver, observing
-from mmobs.hashing import MultiModalHasher
-from mmobs.image_io import ImageMediaIO
-from mmobs.instrument import Instrumentation
-from mmobs.media import MediaWithBytes
-from mmobs.metrics import EXCEPTION_LABELS, exception_label
+from mmobs.keys.hashing import MultiModalHasher
+from mmobs.keys.loader import ImageMediaIO
+from mmobs.keys.media import MediaWithBytes
+from mmobs.observability.instrument import Instrumentation
+from mmobs.observability.metrics import EXCEPTION_LABELS, exception_label
 from scripts import corpus as make_corpus
 from tests.support import ServiceProcess, data_url, metric_value
 

@@ -27,7 +27,7 @@ import yaml
 from dashboards.mixin import MixinConfig, alerts, render_all
 from dashboards.mixin import metrics as mixin_metrics
 from dashboards.mixin import rules as mixin_rules
-from mmobs.metrics import METRIC_NAMES
+from mmobs.observability.metrics import METRIC_NAMES
 from tests.alert_lint import lint_alert_document
 from tests.dashboard_lint import lint_dashboard
 from tests.promql_scan import COUNTER_FUNCTIONS, family, selectors

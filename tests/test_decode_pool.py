@@ -16,16 +16,16 @@ import pytest
 from PIL import Image
 from prometheus_client import CollectorRegistry
 
-from mmobs import decode_worker
-from mmobs.decode_pool import DecodePool, PoolSettings, ServerBusy
-from mmobs.drift import DriftTracker
 from mmobs.events import RecordingObserver, observing
-from mmobs.hash_request import HashOptions
-from mmobs.hashing import MultiModalHasher
-from mmobs.image_io import ImageMediaIO
-from mmobs.instrument import Instrumentation
-from mmobs.metrics import exception_label
-from mmobs.relay import Replayer
+from mmobs.keys.hashing import MultiModalHasher
+from mmobs.keys.loader import ImageMediaIO
+from mmobs.observability.drift import DriftTracker
+from mmobs.observability.instrument import Instrumentation
+from mmobs.observability.metrics import exception_label
+from mmobs.service import decode_worker
+from mmobs.service.decode_pool import DecodePool, PoolSettings, ServerBusy
+from mmobs.service.hash_request import HashOptions
+from mmobs.service.relay import Replayer
 from tests import golden, images
 
 BAD_HEADER_JPEG = golden.input_bytes("bad-exif-header.jpg")
@@ -246,7 +246,7 @@ def test_the_line_for_a_worker_is_bounded_in_length_and_time() -> None:
 )
 def test_memory_failures_are_recognised_through_the_loaders_refusal(error: BaseException) -> None:
     from mmobs.errors import BadImageError
-    from mmobs.relay import is_memory_failure
+    from mmobs.service.relay import is_memory_failure
 
     try:
         try:

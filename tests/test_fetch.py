@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from mmobs.errors import BadImageError
-from mmobs.fetch import RemoteFetcher, is_private_address, parse_remote_url
+from mmobs.service.fetch import RemoteFetcher, is_private_address, parse_remote_url
 from tests import golden
 from tests.support import ServiceProcess
 

@@ -1,4 +1,4 @@
-"""Decode budgets (``mmobs.guard``) and the single pixel limit (``mmobs.pixel_limit``).
+"""Decode budgets (``mmobs.keys.guard``) and the single pixel limit (``mmobs.keys.pixel_limit``).
 
 For every costly class (issue #11) a small input is refused with the exact
 reason, and a plain image of the same pixel size is accepted, so each check
@@ -30,13 +30,13 @@ from hypothesis import strategies as st
 from PIL import Image, ImageCms
 
 from mmobs import BAD_IMAGE_REASONS, BadImageError, ImageMediaIO, MultiModalHasher
-from mmobs.guard import (
+from mmobs.keys.guard import (
     DEFAULT_DECODE_LIMITS,
     DecodeLimits,
     check_image_bytes,
     sniff_format,
 )
-from mmobs.pixel_limit import pixel_limit
+from mmobs.keys.pixel_limit import pixel_limit
 from scripts.corpus import costly
 from scripts.corpus.tiff import LONG, SHORT, Entry, entry, tiff_bytes
 

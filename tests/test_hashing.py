@@ -1,7 +1,7 @@
 """MultiModalHasher: the framed key format, its fast paths, and the tolerant EXIF read.
 
 Expected keys come from the plain reference implementation of the format
-(``tests/reference.py``), which shares no code with ``mmobs.hashing``. It is
+(``tests/reference.py``), which shares no code with ``mmobs.keys.hashing``. It is
 itself checked against the golden vectors here, so agreeing with it means
 agreeing with vLLM (the differential tests check the real vLLM directly).
 """

@@ -19,8 +19,8 @@ from PIL import Image
 
 from mmobs import ImageMediaIO, MediaWithBytes, MultiModalHasher
 from mmobs.events import RecordingObserver, observing
-from mmobs.framing import DigestSink
-from mmobs.hashing import IMAGE_ID_TAG, _Writer, new_digest
+from mmobs.keys.framing import DigestSink
+from mmobs.keys.hashing import IMAGE_ID_TAG, _Writer, new_digest
 from tests import golden
 
 

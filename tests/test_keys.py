@@ -1,4 +1,4 @@
-"""The no-decode key path (``mmobs.keys``): same keys, limits and events as the loader, no pixel decoded.
+"""The no-decode key path (``mmobs.keys.from_bytes``): same keys, limits and events as the loader, no pixel decoded.
 
 Equality with the real vLLM is proven in ``tests/test_keys_vllm.py``; here
 the path is held to mmobs's own loader (``hash_kwargs(alg,
@@ -23,12 +23,12 @@ from PIL import Image, ImageFile, WebPImagePlugin
 from prometheus_client import CollectorRegistry
 
 import mmobs
-from mmobs.drift import DriftTracker
 from mmobs.errors import BadImageError, InvalidOptionError
 from mmobs.events import KEY_PATHS, observing
-from mmobs.image_io import ImageMediaIO
-from mmobs.instrument import Instrumentation
-from mmobs.keys import HEADER_FORMATS, key_for_bytes, key_image
+from mmobs.keys.from_bytes import HEADER_FORMATS, key_for_bytes, key_image
+from mmobs.keys.loader import ImageMediaIO
+from mmobs.observability.drift import DriftTracker
+from mmobs.observability.instrument import Instrumentation
 from tests import golden, images
 from tests.support import ServiceProcess, data_url, metric_value
 

@@ -1,4 +1,4 @@
-"""Proof that the no-decode key path (``mmobs.keys``) gives the real vLLM's key, input by input.
+"""Proof that the no-decode key path (``mmobs.keys.from_bytes``) gives the real vLLM's key, input by input.
 
 The oracle is vLLM 0.33.0 itself: ``MultiModalHasher.hash_kwargs(alg,
 image=ImageMediaIO(image_mode, rgba_background_color=...).load_bytes(data))``.
@@ -41,8 +41,8 @@ from PIL import Image
 
 from mmobs.errors import BadImageError
 from mmobs.events import observing
-from mmobs.image_io import DEFAULT_MAX_PIXELS, ImageMediaIO, has_transparency
-from mmobs.keys import ImageKey, key_for_bytes, key_image
+from mmobs.keys.from_bytes import ImageKey, key_for_bytes, key_image
+from mmobs.keys.loader import DEFAULT_MAX_PIXELS, ImageMediaIO, has_transparency
 from tests import golden
 from tests.images import EXIF_PREFIX, ORIENTATION_TAG, PNG_SIGNATURE, png_chunk
 from tests.vllm_oracle import require_vllm

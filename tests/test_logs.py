@@ -22,10 +22,10 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
-from mmobs.context import RequestStats, current_request
 from mmobs.events import observing
-from mmobs.instrument import Instrumentation
-from mmobs.logs import REQUEST_ATTRIBUTE, capture_warnings, configure_logging
+from mmobs.observability.context import RequestStats, current_request
+from mmobs.observability.instrument import Instrumentation
+from mmobs.observability.logs import REQUEST_ATTRIBUTE, capture_warnings, configure_logging
 
 CORRUPT_EXIF = "Corrupt EXIF data.  Expecting to read 12 bytes but only got 4. "
 

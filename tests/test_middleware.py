@@ -34,9 +34,9 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocket
 
 import mmobs
-from mmobs.context import current_request
-from mmobs.logs import REQUEST_ATTRIBUTE, add_request_context
-from mmobs.routing import UNMATCHED_ROUTE, RouteResolver
+from mmobs.asgi.routing import UNMATCHED_ROUTE, RouteResolver
+from mmobs.observability.context import current_request
+from mmobs.observability.logs import REQUEST_ATTRIBUTE, add_request_context
 
 from . import golden
 from .asgi_apps import call_http, http_scope
@@ -1114,7 +1114,7 @@ def _exemplar(text: str, sample: str) -> str | None:
 def test_exemplars_carry_the_request_id_in_openmetrics_scrapes(
     registry: CollectorRegistry, client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("mmobs.request_metrics.EXEMPLAR_INTERVAL_SECONDS", 3600.0)
+    monkeypatch.setattr("mmobs.asgi.request_metrics.EXEMPLAR_INTERVAL_SECONDS", 3600.0)
     client.get("/items/1", headers={"X-Request-ID": "ex-1"})
     client.get("/items/2", headers={"X-Request-ID": "ex-2"})  # within the interval: the exemplar stays
     client.get("/no/such/path", headers={"X-Request-ID": "ex-404"})

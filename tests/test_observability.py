@@ -19,12 +19,12 @@ from structlog.testing import LogCapture, capture_logs
 
 import mmobs
 from mmobs import ImageMediaIO, MediaWithBytes, MultiModalHasher
-from mmobs.drift import DriftTracker
 from mmobs.events import ExifFallback, observing
-from mmobs.fingerprint import compute_fingerprint
-from mmobs.instrument import Instrumentation
-from mmobs.logs import MAX_FIELD_CHARS, safe_text
-from mmobs.metrics import EXCEPTION_LABELS, exception_label
+from mmobs.observability.drift import DriftTracker
+from mmobs.observability.fingerprint import compute_fingerprint
+from mmobs.observability.instrument import Instrumentation
+from mmobs.observability.logs import MAX_FIELD_CHARS, safe_text
+from mmobs.observability.metrics import EXCEPTION_LABELS, exception_label
 from tests import golden
 from tests.support import value
 
@@ -88,7 +88,7 @@ def test_media_with_bytes_fallback_counts_exactly_n(registry, instr, n):
     assert value(registry, "mmobs_media_keys_total", kind="media_with_bytes", key_source="original_bytes") == n
     events = [e for e in logs if e["event"] == "exif_fallback"]
     assert len(events) == n
-    expected_digest = mmobs.instrument.content_digest(BAD_HEADER_JPEG)
+    expected_digest = mmobs.observability.instrument.content_digest(BAD_HEADER_JPEG)
     assert {e["content_digest"] for e in events} == {expected_digest}
     assert {e["key_source"] for e in events} == {"original_bytes"}
     assert {e["format"] for e in events} == {"JPEG"}
@@ -260,7 +260,7 @@ def test_drift_counted_once_when_key_source_changes(registry):
     assert value(registry, "mmobs_cache_key_drift_samples_total", kind="media_with_bytes") == 4
     (event,) = [e for e in logs if e["event"] == "cache_key_drift"]
     assert event["previous_key_source"] == "image_id" and event["key_source"] == "original_bytes"
-    assert event["content_digest"] == mmobs.instrument.content_digest(PHOTO_JPEG)
+    assert event["content_digest"] == mmobs.observability.instrument.content_digest(PHOTO_JPEG)
 
 
 def test_drift_when_decode_config_changes(registry):
@@ -288,7 +288,7 @@ def test_unchanged_keys_never_drift(registry):
 
 def test_drift_content_identity_is_the_original_bytes_item_digest():
     """The tracker's shortcut (reuse the key's digest) names content as a full pass would."""
-    from mmobs.drift import original_bytes_item_digest
+    from mmobs.observability.drift import original_bytes_item_digest
 
     with observing(None):
         item = b"".join(MultiModalHasher.serialize_item(ImageMediaIO().load_bytes(PHOTO_JPEG)))
@@ -337,13 +337,13 @@ def test_fingerprint_is_stable_across_processes():
 
 def test_fingerprint_changes_when_a_reference_key_changes(monkeypatch):
     baseline = compute_fingerprint()
-    original = mmobs.fingerprint._reference_bytes
+    original = mmobs.observability.fingerprint._reference_bytes
 
     def altered(name: str) -> bytes:
         data = original(name)
         return data + b"\x00" if name == "rgba.png" else data
 
-    monkeypatch.setattr(mmobs.fingerprint, "_reference_bytes", altered)
+    monkeypatch.setattr(mmobs.observability.fingerprint, "_reference_bytes", altered)
     changed = compute_fingerprint()
     assert changed.digest != baseline.digest
     differing = {name for name in baseline.keys if baseline.keys[name] != changed.keys[name]}
@@ -410,7 +410,7 @@ def test_two_processes_sum_exactly_in_multiprocess_dir(tmp_path: Path):
     assert [w.wait(timeout=120) for w in workers] == [0, 0]
     code = textwrap.dedent(
         """
-        from mmobs.exposition import scrape_registry
+        from mmobs.asgi.exposition import scrape_registry
         registry = scrape_registry()
         print(registry.get_sample_value("mmobs_exif_fallback_total",
               {"kind": "media_with_bytes", "exception": "SyntaxError"}))

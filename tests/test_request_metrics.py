@@ -18,8 +18,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.registry import RestrictedRegistry
 
-from mmobs.metrics import REQUEST_BUCKETS, SIZE_BUCKETS, fast_observe
-from mmobs.request_metrics import RequestRecorder
+from mmobs.asgi.request_metrics import RequestRecorder
+from mmobs.observability.metrics import REQUEST_BUCKETS, SIZE_BUCKETS, fast_observe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,8 +127,8 @@ _MULTIPROCESS = textwrap.dedent(
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
     from starlette.testclient import TestClient
-    from mmobs.middleware import MMObsMiddleware
-    from mmobs.exposition import scrape_registry
+    from mmobs.asgi.middleware import MMObsMiddleware
+    from mmobs.asgi.exposition import scrape_registry
 
     async def ping(request):
         return PlainTextResponse("pong")

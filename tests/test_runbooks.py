@@ -136,7 +136,7 @@ class Stack:
 def _drifting_variant(base: bytes) -> bytes:
     """``base`` plus trailing bytes (ignored by JPEG decoders) that the service's drift tracker samples."""
     code = (
-        "import sys\nfrom mmobs.drift import DriftTracker\nfrom mmobs.media import MediaWithBytes\n"
+        "import sys\nfrom mmobs.observability.drift import DriftTracker\nfrom mmobs.keys.media import MediaWithBytes\n"
         "base = sys.stdin.buffer.read()\ntracker = DriftTracker()\n"
         "print(next(n for n in range(100000) if tracker.samples(MediaWithBytes(None, base + n.to_bytes(4, 'little')))))"
     )

@@ -279,7 +279,7 @@ def test_nothing_yielded_a_5xx(service, client):
 def test_healthz(client):
     payload = client.get("/healthz").json()
     assert payload["status"] == "ok"
-    from mmobs.fingerprint import compute_fingerprint
+    from mmobs.observability.fingerprint import compute_fingerprint
 
     assert payload["fingerprint"] == compute_fingerprint().digest
 
@@ -476,7 +476,7 @@ _B64 = __import__("base64").b64encode(PHOTO_JPEG).decode()
 def test_data_urls_from_a_decode_worker_decode_as_text_ones_do(url: str) -> None:
     """Large bodies come back from the worker as UTF-8 bytes; the same URL must give the same bytes or refusal."""
     from mmobs.errors import BadImageError
-    from mmobs.service import _data_url_bytes
+    from mmobs.service.app import _data_url_bytes
 
     outcomes = []
     for form in (url, url.encode("utf-8", "surrogatepass")):

@@ -1,4 +1,4 @@
-"""mmobs's events through stdlib logging (``mmobs.stdlib_events``), as the vLLM plugin routes them.
+"""mmobs's events through stdlib logging (``mmobs.observability.stdlib_events``), as the vLLM plugin routes them.
 
 In process, with a stdlib logger tree shaped as vLLM's (``vllm`` with its own
 handler, ``propagate=False``): one record per event, its message readable by a
@@ -19,10 +19,10 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from mmobs import ImageMediaIO, MultiModalHasher
-from mmobs.context import RequestStats, current_request
 from mmobs.events import observing
-from mmobs.instrument import Instrumentation
-from mmobs.stdlib_events import JSONFormatter, log_events_to_stdlib
+from mmobs.observability.context import RequestStats, current_request
+from mmobs.observability.instrument import Instrumentation
+from mmobs.observability.stdlib_events import JSONFormatter, log_events_to_stdlib
 from tests import golden
 
 TEXT_FORMAT = "%(levelname)s [%(filename)s:%(lineno)d] %(message)s"
@@ -79,7 +79,7 @@ def test_a_fallback_is_one_record_for_text_and_json_formatters(vllm_tree: tuple[
 def test_field_names_a_log_record_owns_are_kept_apart(vllm_tree: tuple[io.StringIO, io.StringIO]) -> None:
     """A field called like a LogRecord attribute would raise in ``makeRecord`` or overwrite the record's own."""
     text, as_json = vllm_tree
-    from mmobs.logs import mmobs_logger
+    from mmobs.observability.logs import mmobs_logger
 
     mmobs_logger().info("odd_event", message="hello world", module="m", name='quote "x"', count=3)
     assert text.getvalue().strip().endswith('odd_event message="hello world" module=m name="quote \\"x\\"" count=3')
@@ -95,7 +95,7 @@ def test_field_names_a_log_record_owns_are_kept_apart(vllm_tree: tuple[io.String
 
 def test_levels_below_the_hosts_are_not_even_formatted(vllm_tree: tuple[io.StringIO, io.StringIO]) -> None:
     text, _ = vllm_tree
-    from mmobs.logs import mmobs_logger
+    from mmobs.observability.logs import mmobs_logger
 
     mmobs_logger().debug("quiet", detail=object())
     assert text.getvalue() == ""
@@ -114,7 +114,7 @@ def test_a_foreign_record_is_an_event_of_its_message() -> None:
 
 
 def test_without_the_route_events_go_to_mmobss_console_logger(capsys: pytest.CaptureFixture[str]) -> None:
-    from mmobs.logs import mmobs_logger
+    from mmobs.observability.logs import mmobs_logger
 
     saved_structlog = structlog.get_config()
     structlog.reset_defaults()

@@ -23,17 +23,17 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 import mmobs
+from mmobs.asgi.middleware import MMObsMiddleware
 from mmobs.errors import BAD_IMAGE_REASONS, BadImageReason, InvalidOptionError
-from mmobs.image_io import ImageMediaIO, bad_image_from_pillow, pillow_error_reason
-from mmobs.metrics import HASHER_METRICS, HTTP_METRICS, METRIC_NAMES
-from mmobs.middleware import MMObsMiddleware
+from mmobs.keys.loader import ImageMediaIO, bad_image_from_pillow, pillow_error_reason
+from mmobs.observability.metrics import HASHER_METRICS, HTTP_METRICS, METRIC_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("prometheus_client", "structlog", "starlette")
 
 _IMPORT_PROBE = """
 import sys
-import mmobs.hashing, mmobs.image_io, mmobs.media, mmobs.errors
+import mmobs.keys.hashing, mmobs.keys.loader, mmobs.keys.media, mmobs.errors
 from mmobs import MultiModalHasher, ImageMediaIO
 from mmobs.events import _global_observer
 loaded = sorted(name for name in {heavy!r} if name in sys.modules)

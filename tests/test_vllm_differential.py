@@ -50,8 +50,8 @@ from hypothesis.extra import numpy as hnp
 from PIL import Image, ImagePalette
 
 from mmobs import BadImageError, ImageMediaIO, MediaWithBytes, MultiModalHasher
-from mmobs.formats import REFUSED_BY_DEFAULT, VLLM_FORMATS
-from mmobs.image_io import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS
+from mmobs.keys.formats import REFUSED_BY_DEFAULT, VLLM_FORMATS
+from mmobs.keys.loader import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS
 
 from . import golden
 from .vllm_oracle import (

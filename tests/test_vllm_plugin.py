@@ -236,7 +236,7 @@ def test_every_format_vllm_opens_is_opened_or_refused_with_a_reason() -> None:
     """mmobs's default formats and its documented refusals cover vLLM's allow-list exactly."""
     from vllm.multimodal.image import ALLOWED_IMAGE_FORMATS
 
-    from mmobs.formats import DEFAULT_FORMATS, REFUSED_BY_DEFAULT
+    from mmobs.keys.formats import DEFAULT_FORMATS, REFUSED_BY_DEFAULT
 
     assert set(DEFAULT_FORMATS) <= set(ALLOWED_IMAGE_FORMATS)
     assert set(DEFAULT_FORMATS).isdisjoint(REFUSED_BY_DEFAULT)
@@ -248,7 +248,7 @@ def test_mmobs_identifies_formats_in_vllms_order() -> None:
     """Polyglots are read as vLLM reads them: the same formats, in the same order."""
     from vllm.multimodal.image import ALLOWED_IMAGE_FORMATS
 
-    from mmobs.formats import VLLM_FORMATS
+    from mmobs.keys.formats import VLLM_FORMATS
 
     assert VLLM_FORMATS == ALLOWED_IMAGE_FORMATS
 

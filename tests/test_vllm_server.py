@@ -41,8 +41,8 @@ from PIL import Image, ImageOps
 from mmobs import ImageMediaIO, MultiModalHasher
 from mmobs.errors import BadImageError
 from mmobs.events import RecordingObserver, observing
-from mmobs.guard import check_image_bytes
-from mmobs.metrics import exception_label
+from mmobs.keys.guard import check_image_bytes
+from mmobs.observability.metrics import exception_label
 from scripts.corpus import build_corpus
 from tests import golden
 from tests.test_vllm_differential import KNOWN_LOADER_DIFFERENCES
@@ -150,7 +150,7 @@ def _twin_transpose_failure(data: bytes) -> str | None:
 def drift_sampled(payloads: list[bytes], seed: str) -> list[bool]:
     """Whether the server's drift tracker samples each payload (its choice depends on the hash seed)."""
     code = (
-        "import sys, json\nfrom mmobs.drift import DriftTracker\nfrom mmobs.media import MediaWithBytes\n"
+        "import sys, json\nfrom mmobs.observability.drift import DriftTracker\nfrom mmobs.keys.media import MediaWithBytes\n"
         "tracker = DriftTracker()\n"
         "print(json.dumps([tracker.samples(MediaWithBytes(None, bytes.fromhex(h))) for h in json.load(sys.stdin)]))"
     )

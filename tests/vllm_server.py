@@ -44,7 +44,7 @@ MMOBS_FLAGS: tuple[str, ...] = ("--middleware", "mmobs.vllm.Middleware")
 JSON_LOGGING_CONFIG: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "mmobs.stdlib_events.JSONFormatter"}},
+    "formatters": {"json": {"()": "mmobs.observability.stdlib_events.JSONFormatter"}},
     "handlers": {"json": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"}},
     "loggers": {"vllm": {"handlers": ["json"], "level": "INFO", "propagate": False}},
 }

@@ -1,6 +1,6 @@
 """Every metric name the mixin's queries read, in one place.
 
-mmobs's own names must equal :data:`mmobs.metrics.METRIC_NAMES` (a test checks
+mmobs's own names must equal :data:`mmobs.observability.metrics.METRIC_NAMES` (a test checks
 it); the vLLM names are checked against vLLM's source by
 ``tests/test_vllm_metrics.py``. Counters carry their ``_total`` suffix, as on
 the wire.
@@ -8,7 +8,7 @@ the wire.
 
 from __future__ import annotations
 
-# -- mmobs (mmobs/metrics.py) -------------------------------------------------
+# -- mmobs (mmobs/observability/metrics.py) -------------------------------------------------
 EXIF_FALLBACKS = "mmobs_exif_fallback_total"
 TRANSPOSE_FAILURES = "mmobs_exif_transpose_failures_total"
 MEDIA_KEYS = "mmobs_media_keys_total"

@@ -10,7 +10,7 @@ request metrics on vLLM's own ``/metrics`` (:mod:`mmobs.vllm.middleware`).
 Environment switches (read when vLLM loads the plugin):
 
 * ``MMOBS_VLLM_PLUGIN=0``: do nothing.
-* ``MMOBS_VLLM_GUARD=1``: run mmobs's structural checks (:mod:`mmobs.guard`)
+* ``MMOBS_VLLM_GUARD=1``: run mmobs's structural checks (:mod:`mmobs.keys.guard`)
   before vLLM decodes an image; a refusal is the ``ValueError`` vLLM answers
   with a 400, counted in ``mmobs_bad_images_total{reason="too_costly"}``.
 * ``MMOBS_VLLM_FAST_KEYS=1``: key plain PIL images through mmobs's zero-copy
@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .plugin import register, unregister
+from mmobs.vllm.plugin import register, unregister
 
 if TYPE_CHECKING:
-    from .middleware import Middleware as Middleware
+    from mmobs.vllm.middleware import Middleware as Middleware
 
 __all__ = ["Middleware", "register", "unregister"]
 
@@ -32,7 +32,7 @@ __all__ = ["Middleware", "register", "unregister"]
 def __getattr__(name: str) -> Any:
     # The middleware needs Starlette; vLLM's engine processes load the plugin without it.
     if name == "Middleware":
-        from .middleware import Middleware
+        from mmobs.vllm.middleware import Middleware
 
         return Middleware
     raise AttributeError(f"module 'mmobs.vllm' has no attribute {name!r}")

@@ -3,7 +3,7 @@
 vLLM keys a plain PIL image by ``np.asarray(image)``: a full copy of the
 pixels (12 MB for a 4 MP RGB image) before hashing. mmobs's writer feeds the
 same bytes to the digest from Pillow's memory or in 256 KiB chunks
-(:mod:`mmobs.pixels`). The keys are identical; the differential tests against
+(:mod:`mmobs.keys.pixels`). The keys are identical; the differential tests against
 vLLM prove it for every mode, size and palette. Off by default: it replaces
 how vLLM serializes an item, where the rest of the plugin only observes.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from PIL import Image
 
-from ..hashing import MultiModalHasher
+from mmobs.keys.hashing import MultiModalHasher
 
 __all__ = ["fast_serialize_item"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..middleware import MMObsMiddleware
+from mmobs.asgi.middleware import MMObsMiddleware
 
 __all__ = ["VLLM_PROBE_PATHS", "Middleware"]
 
@@ -31,7 +31,7 @@ VLLM_PROBE_PATHS: tuple[str, ...] = ("/metrics", "/health", "/load", "/ping", "/
 
 
 class Middleware(MMObsMiddleware):
-    """:class:`~mmobs.middleware.MMObsMiddleware` preset for ``vllm serve --middleware``."""
+    """:class:`~mmobs.asgi.middleware.MMObsMiddleware` preset for ``vllm serve --middleware``."""
 
     def __init__(self, app: ASGIApp) -> None:
         super().__init__(app, metrics_path=None, skip_paths=VLLM_PROBE_PATHS)

@@ -26,7 +26,7 @@ that imported it by name, Molmo2's included)
 
 mmobs's log events go through stdlib logging under vLLM's logger tree
 (``vllm.mmobs``), so vLLM's handler writes them in vLLM's format, or in the
-one a ``VLLM_LOGGING_CONFIG_PATH`` config chooses (:mod:`mmobs.stdlib_events`).
+one a ``VLLM_LOGGING_CONFIG_PATH`` config chooses (:mod:`mmobs.observability.stdlib_events`).
 
 :func:`register` is idempotent, never raises into vLLM, and when vLLM's shape
 is not what it expects logs one warning naming the vLLM version and changes
@@ -53,13 +53,13 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
-from ..errors import BadImageError, BadImageReason
-from ..events import ExifFallback, KeySource, MediaKeyed, MediaKind, TransposeFailure, get_observer, observing
-from ..guard import check_image_bytes
-from ..hashing import IMAGE_ID_TAG
-from ..image_io import bad_image_from_pillow, empty_image_error, report_bad_image
-from ..media import is_media_with_bytes
-from ..stdlib_events import log_events_to_stdlib
+from mmobs.errors import BadImageError, BadImageReason
+from mmobs.events import ExifFallback, KeySource, MediaKeyed, MediaKind, TransposeFailure, get_observer, observing
+from mmobs.keys.guard import check_image_bytes
+from mmobs.keys.hashing import IMAGE_ID_TAG
+from mmobs.keys.loader import bad_image_from_pillow, empty_image_error, report_bad_image
+from mmobs.keys.media import is_media_with_bytes
+from mmobs.observability.stdlib_events import log_events_to_stdlib
 
 __all__ = ["FAST_KEYS_ENV", "GUARD_ENV", "PLUGIN_ENV", "ShapeMismatch", "register", "registered", "unregister"]
 
@@ -188,7 +188,7 @@ def _plan() -> _Plan:
     guard = _enabled(GUARD_ENV)
     serialize_item = _serialize_item(original_serialize)
     if _enabled(FAST_KEYS_ENV):
-        from .fast_keys import fast_serialize_item
+        from mmobs.vllm.fast_keys import fast_serialize_item
 
         serialize_item = fast_serialize_item(serialize_item)
     plan: _Plan = [
@@ -448,7 +448,7 @@ def _load_bytes(original: Callable[[Any, bytes], Any], *, guard: bool) -> Callab
 
     The guard refuses, before Pillow sees them, the inputs whose structure
     would cost far more to decode than a plain image of their size (see
-    :mod:`mmobs.guard`), as a :class:`~mmobs.errors.BadImageError`: a
+    :mod:`mmobs.keys.guard`), as a :class:`~mmobs.errors.BadImageError`: a
     ``ValueError``, which vLLM already answers with a 400. With the guard on,
     a decode error vLLM would let escape as something else (``struct.error``,
     Pillow's ``DecompressionBombError``) becomes that ``ValueError`` too, so a

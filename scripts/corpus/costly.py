@@ -2,7 +2,7 @@
 
 Each builder takes its size as a parameter, so the same structure serves two
 uses: a small case for CI (:func:`costly_cases`, every one refused by
-:mod:`mmobs.guard` before Pillow decodes it) and the full-size input that
+:mod:`mmobs.keys.guard` before Pillow decodes it) and the full-size input that
 showed the cost (:func:`full_size_inputs`, used by ``scripts/cost_run.py``).
 The structures are written by hand (JPEG markers, PNG chunks, TIFF
 directories, RIFF chunks, GIF blocks, BMP RLE codes) on top of the small base

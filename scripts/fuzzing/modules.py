@@ -79,10 +79,10 @@ def load_modules(instrument: bool = False) -> None:
             TransposeFailure,
             observing,
         )
-        from mmobs.hashing import MultiModalHasher
-        from mmobs.image_io import ImageMediaIO
-        from mmobs.instrument import Instrumentation
-        from mmobs.metrics import exception_label
+        from mmobs.keys.hashing import MultiModalHasher
+        from mmobs.keys.loader import ImageMediaIO
+        from mmobs.observability.instrument import Instrumentation
+        from mmobs.observability.metrics import exception_label
     import make_corpus
 
     from tests.reference import FR, ref_item, ref_pixel_key, stream_key

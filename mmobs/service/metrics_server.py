@@ -1,0 +1,107 @@
+"""``mmobs serve --metrics-port``: the metrics on a listener of their own, with the same token rules.
+
+prometheus_client's ``start_http_server`` has no authentication, so a
+``--metrics-token`` given together with ``--metrics-port`` was silently
+ignored. This server answers ``GET``/``HEAD`` on any path with the
+exposition (content negotiated, multiprocess-aware, like ``/metrics`` in the
+service) and, when a token is set, requires ``Authorization: Bearer <token>``
+(compared in constant time). Connections idle for 10 seconds are closed and
+at most 32 are served at once, so the port cannot be held open by idle sockets.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from mmobs.asgi.exposition import render
+from mmobs.asgi.http_errors import error_body
+
+__all__ = ["MetricsServer", "start_metrics_server"]
+
+_MAX_CONNECTIONS = 32
+_IDLE_SECONDS = 10
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: MetricsServer
+    timeout = _IDLE_SECONDS
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        token = self.server.token
+        if token is not None and not _authorized(self.headers.get("authorization", ""), token):
+            self._json(
+                401,
+                error_body("the metrics endpoint requires 'Authorization: Bearer <token>'", code="unauthorized",
+                           type="authentication_error"),
+                {"WWW-Authenticate": 'Bearer realm="metrics"'},
+            )  # fmt: skip
+            return
+        body, content_type = render(None, self.headers.get("accept"))
+        self._send(200, body, content_type)
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_POST(self) -> None:
+        self._json(405, error_body("the metrics endpoint answers GET and HEAD only", code="method_not_allowed"),
+                   {"Allow": "GET, HEAD"})  # fmt: skip
+
+    do_PUT = do_DELETE = do_PATCH = do_POST
+
+    def _json(self, status: int, document: dict[str, Any], headers: dict[str, str]) -> None:
+        self._send(status, json.dumps(document).encode(), "application/json", headers)
+
+    def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+def _authorized(header: str, token: bytes) -> bool:
+    scheme, _, credentials = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token)
+
+
+class MetricsServer(ThreadingHTTPServer):
+    """A threaded HTTP server for the metrics, bounded in connections."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], token: str | None) -> None:
+        if token is not None and not token:
+            raise ValueError("the metrics token must not be empty")
+        self.token = token.encode() if token else None
+        self._slots = threading.BoundedSemaphore(_MAX_CONNECTIONS)
+        super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+def start_metrics_server(port: int, host: str, token: str | None) -> MetricsServer:
+    """Serve the metrics on ``host:port`` from a daemon thread."""
+    server = MetricsServer((host, port), token)
+    threading.Thread(target=server.serve_forever, name="mmobs-metrics", daemon=True).start()
+    return server
