@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from mmobs import events as _events
 from mmobs._version import __version__
 
 if TYPE_CHECKING:
@@ -87,6 +88,17 @@ if TYPE_CHECKING:
     )
     from mmobs.observability.logs import add_request_context as add_request_context
     from mmobs.observability.logs import configure_logging as configure_logging
+
+
+def _default_observer() -> _events.HashObserver:
+    """mmobs's instrumentation, made on the first event: prometheus_client and structlog load here."""
+    from mmobs.observability.instrument import default_instrumentation
+
+    return default_instrumentation()
+
+
+# The seam never imports the layer above it: the default observer is registered from here.
+_events.set_default_observer_factory(_default_observer)
 
 #: Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {

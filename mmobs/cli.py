@@ -29,13 +29,15 @@ from mmobs.keys.loader import ImageMediaIO, pillow_error_reason, report_bad_imag
 from mmobs.observability.logs import configure_logging, safe_text
 from mmobs.service.config import CONFIG_ENV, ServiceConfig
 
+__all__ = ["build_parser", "main"]
+
 _ORIENTATION_TAG = 0x0112
 
 
 # -- mmobs hash -------------------------------------------------------------------
 
 
-def hash_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
+def _hash_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
     """Key one file as the reference service would; a dict for printing."""
     recorder = RecordingObserver(get_observer())
     with observing(recorder):
@@ -57,7 +59,7 @@ def hash_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
     }
 
 
-def key_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
+def _key_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
     """Key one file from its header, as ``POST /v1/keys`` would; a dict for printing."""
     size = os.stat(path).st_size
     if size > io.max_bytes:  # as load_file: refused before reading
@@ -97,13 +99,13 @@ class _Progress:
             self.stream.write("\n")
 
 
-def cmd_hash(args: argparse.Namespace) -> int:
+def _cmd_hash(args: argparse.Namespace) -> int:
     io = ImageMediaIO(image_mode=args.image_mode)
     failures = 0
     progress = _Progress(len(args.files), sys.stderr)
     for done, path in enumerate(args.files, 1):
         try:
-            result = key_file(path, args.algorithm, io) if args.no_decode else hash_file(path, args.algorithm, io)
+            result = _key_file(path, args.algorithm, io) if args.no_decode else _hash_file(path, args.algorithm, io)
         except BadImageError as error:
             failures += 1
             _print_failure(args, path, error.reason, error.message)
@@ -163,7 +165,7 @@ def _read_exif(image: Image.Image) -> dict[str, Any]:
     return result
 
 
-def inspect_file(path: str) -> dict[str, Any]:
+def _inspect_file(path: str) -> dict[str, Any]:
     """How reading this file's EXIF behaves on each path an image takes."""
     data = Path(path).read_bytes()
     report: dict[str, Any] = {"file": path, "bytes": len(data), "exif_segment_bytes": None, "paths": {}}
@@ -211,9 +213,9 @@ def _unopened(error: Exception) -> dict[str, str]:
     return {"reason": pillow_error_reason(error) or "corrupt", "message": f"{type(error).__name__}: {safe_text(error)}"}
 
 
-def cmd_inspect(args: argparse.Namespace) -> int:
+def _cmd_inspect(args: argparse.Namespace) -> int:
     try:
-        report = inspect_file(args.file)
+        report = _inspect_file(args.file)
     except OSError as error:
         print(f"mmobs: {args.file}: cannot read the file: {error.strerror or error}", file=sys.stderr)
         return 1
@@ -257,7 +259,7 @@ def _describe_path(result: dict[str, Any]) -> str:
 # -- mmobs fingerprint ---------------------------------------------------------------
 
 
-def cmd_fingerprint(args: argparse.Namespace) -> int:
+def _cmd_fingerprint(args: argparse.Namespace) -> int:
     from mmobs.observability.fingerprint import compute_fingerprint
 
     fingerprint = compute_fingerprint()
@@ -282,7 +284,7 @@ def _missing_extra(command: str, extra: str, error: ModuleNotFoundError) -> int:
     return 1
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
     except ModuleNotFoundError as error:
@@ -478,16 +480,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="key from the header, decoding only where it cannot decide (as POST /v1/keys)",
     )
-    hash_parser.set_defaults(handler=cmd_hash)
+    hash_parser.set_defaults(handler=_cmd_hash)
 
     inspect_parser = command("inspect", "explain a file's EXIF on every load path")
     inspect_parser.add_argument("file", metavar="FILE", help="the image file to explain")
     inspect_parser.add_argument("--json", action="store_true", help="the report as one JSON document")
-    inspect_parser.set_defaults(handler=cmd_inspect)
+    inspect_parser.set_defaults(handler=_cmd_inspect)
 
     fingerprint_parser = command("fingerprint", "print this install's fleet fingerprint")
     fingerprint_parser.add_argument("--json", action="store_true", help="the digest and every reference key as JSON")
-    fingerprint_parser.set_defaults(handler=cmd_fingerprint)
+    fingerprint_parser.set_defaults(handler=_cmd_fingerprint)
 
     defaults = ServiceConfig()
     serve = command("serve", "run the reference service (POST /v1/hash, GET /metrics)")
@@ -633,7 +635,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also let uvicorn log every request (in the same format, with the request id)",
     )
-    serve.set_defaults(handler=cmd_serve)
+    serve.set_defaults(handler=_cmd_serve)
     return parser
 
 

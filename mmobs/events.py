@@ -11,10 +11,15 @@ overridden for a block of code in the current context only
 (:func:`observing`), which is how the fleet fingerprint hashes its reference
 inputs without moving the traffic counters.
 
-Until someone chooses an observer, the first event installs mmobs's default
-instrumentation (:func:`mmobs.observability.instrument.default_instrumentation`): a library
-user gets counters and log events with no set-up, while importing the hashing
-core stays free of prometheus_client and structlog (they load on first use).
+Until someone chooses an observer, the first event installs the default one,
+made by the factory registered with :func:`set_default_observer_factory`. The
+package registers mmobs's instrumentation
+(:func:`mmobs.observability.instrument.default_instrumentation`) there when it
+is imported: a library user gets counters and log events with no set-up, while
+this module imports nothing above it (the seam has no arrow back up) and
+importing the hashing core stays free of prometheus_client and structlog (they
+load on first use). With no factory registered, the first event installs
+:data:`NULL_OBSERVER`.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -46,6 +51,7 @@ __all__ = [
     "TransposeFailure",
     "get_observer",
     "observing",
+    "set_default_observer_factory",
     "set_observer",
 ]
 
@@ -182,9 +188,10 @@ class RecordingObserver(HashObserver):
 
 NULL_OBSERVER = HashObserver()
 
-#: ``None`` until someone chooses: then the default instrumentation, on first use.
+#: ``None`` until someone chooses: then the default observer, on first use.
 _global_observer: HashObserver | None = None
 _default_lock = threading.Lock()
+_default_factory: Callable[[], HashObserver] | None = None
 _context_observer: contextvars.ContextVar[HashObserver | None] = contextvars.ContextVar("mmobs_observer", default=None)
 
 
@@ -204,16 +211,22 @@ def set_observer(observer: HashObserver | None) -> HashObserver:
     return previous
 
 
+def set_default_observer_factory(factory: Callable[[], HashObserver] | None) -> None:
+    """Register what makes the observer the first event installs when nobody chose one.
+
+    The layer that owns the default observer registers it from above, so this
+    seam never imports it; the factory runs once, on first use, under a lock.
+    """
+    global _default_factory
+    _default_factory = factory
+
+
 def _install_default() -> HashObserver:
-    """Make the default instrumentation the process-wide observer, once."""
+    """Make the default observer the process-wide one, once."""
     global _global_observer
     with _default_lock:
         if _global_observer is None:
-            from mmobs.observability.instrument import (
-                default_instrumentation,  # prometheus_client, structlog: first use only
-            )
-
-            _global_observer = default_instrumentation()
+            _global_observer = _default_factory() if _default_factory is not None else NULL_OBSERVER
         return _global_observer
 
 

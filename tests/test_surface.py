@@ -76,10 +76,11 @@ def test_set_observer_none_before_first_use_keeps_reporting_off() -> None:
 
 
 def _public_modules() -> list[str]:
+    """Every module of the package, subpackages and ``cli`` included, but private ones (``_name``)."""
     return [
-        f"mmobs.{info.name}"
-        for info in pkgutil.iter_modules(mmobs.__path__)
-        if not info.name.startswith("_") and info.name not in ("cli",)
+        info.name
+        for info in pkgutil.walk_packages(mmobs.__path__, prefix="mmobs.")
+        if not any(part.startswith("_") for part in info.name.split("."))
     ]
 
 
