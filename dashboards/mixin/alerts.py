@@ -1,4 +1,10 @@
-"""Prometheus alerts, following the monitoring-mixins guidelines that mixtool lints.
+"""The mmobs alerts, following the monitoring-mixins guidelines that mixtool lints.
+
+One definition per alert renders both the Prometheus alerting rule
+(``alerts.yml``) and the Grafana-managed rule (:mod:`.grafana_alerts`): its
+:class:`Condition` gives Prometheus's expression and Grafana's query and
+threshold from the same parts, its :class:`GrafanaChoices` what only Grafana
+needs.
 
 Names are CamelCase; ``severity`` is critical, warning or info; the summary is
 one static sentence (it becomes the notification's title and groups alerts);
