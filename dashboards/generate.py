@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Render the mmobs monitoring mixin: Grafana dashboards, recording rules and alerts (stdlib only).
 
-The files under ``dashboards/grafana/`` and ``dashboards/prometheus/*.yml`` are
+The files under ``dashboards/grafana/``, ``dashboards/prometheus/*.yml``,
+``dashboards/provisioning/alerting/`` and ``dashboards/alerting/`` (the same
+alerts as Grafana-managed rules, for file provisioning and for the HTTP API) are
 the output of this script for the default configuration and are checked in;
 ``tests/test_dashboards.py`` fails when they differ from what it produces.
 The panels, rules and alerts live in ``dashboards/mixin/``; edit them there::
@@ -13,7 +15,8 @@ Render for another environment into a directory of your own::
 
     python dashboards/generate.py --out /tmp/mmobs-mixin \\
         --selector 'job="vllm"' --cluster-label cluster \\
-        --runbook-url-pattern 'https://runbooks.example.com/mmobs/{alert}' --rate-window 2m
+        --runbook-url-pattern 'https://runbooks.example.com/mmobs/{alert}' --rate-window 2m \\
+        --datasource-uid my-prometheus
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ DEFAULTS = MixinConfig()
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if a file is out of date instead of writing it")
-    parser.add_argument("--out", type=Path, default=HERE, help="directory to write grafana/ and prometheus/ into")
+    parser.add_argument("--out", type=Path, default=HERE, help="directory to write the files into")
     parser.add_argument(
         "--selector", default=DEFAULTS.selector, help=f"label matchers of the mmobs jobs ({DEFAULTS.selector})"
     )
@@ -45,13 +48,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--rate-window", default=DEFAULTS.rate_window, help=f"rules' rate() range ({DEFAULTS.rate_window})"
     )
+    parser.add_argument(
+        "--datasource-uid",
+        default=DEFAULTS.datasource_uid,
+        help=f"uid of the Prometheus data source the Grafana alert rules query ({DEFAULTS.datasource_uid})",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        config = MixinConfig(args.selector, args.cluster_label, args.runbook_url_pattern, args.rate_window)
+        config = MixinConfig(
+            args.selector, args.cluster_label, args.runbook_url_pattern, args.rate_window, args.datasource_uid
+        )
     except ValueError as error:
         print(f"generate.py: {error}", file=sys.stderr)
         return 2

@@ -190,6 +190,8 @@ def test_checked_in_files_are_the_mixin_output() -> None:
         *(f"grafana/{p.name}" for p in GRAFANA.glob("*.json")),
         "prometheus/recording-rules.yml",
         "prometheus/alerts.yml",
+        "provisioning/alerting/mmobs-alerts.yml",
+        "alerting/grafana-alert-rules.json",
     }
     for name, text in expected.items():
         assert (DASHBOARDS / name).read_text(encoding="utf-8") == text, (

@@ -15,7 +15,8 @@ Modules, in the order the output is built:
 * :mod:`.dashboard`  the dashboard envelope and its template variables;
 * :mod:`.exif_fallbacks`, :mod:`.cache_keys`, :mod:`.vllm_cache`  the panels themselves;
 * :mod:`.rules`, :mod:`.alerts`  Prometheus recording rules and alerts;
-* :mod:`.rule_yaml`  the small YAML writer for the rule files;
+* :mod:`.grafana_alerts`  the same alerts as Grafana-managed rules (provisioning file, HTTP API bodies);
+* :mod:`.rule_yaml`  the small YAML writer for the rule and provisioning files;
 * :mod:`.render`     file name -> text for everything above.
 """
 

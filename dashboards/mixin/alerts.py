@@ -1,4 +1,10 @@
-"""Prometheus alerts, following the monitoring-mixins guidelines that mixtool lints.
+"""The mmobs alerts, following the monitoring-mixins guidelines that mixtool lints.
+
+One definition per alert renders both the Prometheus alerting rule
+(``alerts.yml``) and the Grafana-managed rule (:mod:`.grafana_alerts`): its
+:class:`Condition` gives Prometheus's expression and Grafana's query and
+threshold from the same parts, its :class:`GrafanaChoices` what only Grafana
+needs.
 
 Names are CamelCase; ``severity`` is critical, warning or info; the summary is
 one static sentence (it becomes the notification's title and groups alerts);
@@ -15,6 +21,7 @@ from . import metrics
 from .config import MixinConfig
 from .promql import QueryStyle
 from .rule_yaml import dump
+from .rules import RecordingRule
 from .rules import build as build_rules
 
 HEADER = """\
@@ -30,18 +37,119 @@ Check:  promtool check rules --lint=all alerts.yml
 Test:   promtool test rules tests/*.yml"""
 
 
+#: Grafana's no-data and execution-error states of Grafana 10 (KeepLast came with Grafana 11).
+NO_DATA_STATES = frozenset({"OK", "NoData", "Alerting"})
+EXEC_ERR_STATES = frozenset({"OK", "Error", "Alerting"})
+
+
+@dataclass(frozen=True)
+class Condition:
+    """When an alert fires, in both of its forms.
+
+    ``promql`` is the Prometheus alerting rule's ``expr``: it returns the firing
+    series. ``query`` and ``threshold`` are the Grafana-managed rule's: Grafana
+    queries one series per alert instance, takes its last value and compares it
+    with ``threshold`` (``("gt" | "lt", bound)``). The query keeps an instance's
+    series while it does not fire (at a value on the quiet side of the
+    threshold) instead of dropping it as ``promql`` does: Grafana resolves an
+    instance whose series vanished only two evaluations later, Prometheus at
+    once. Build conditions with :func:`above`, :func:`gated`, :func:`any_of`,
+    :func:`absent` and :func:`down`, so the two forms come from the same parts.
+    """
+
+    promql: str
+    query: str
+    threshold: tuple[str, float]
+
+
+def above(value: str, bound: str) -> Condition:
+    """``value > bound``."""
+    return Condition(f"{value} > {bound}", value, ("gt", float(bound)))
+
+
+def gated(condition: Condition, on: str, gate: str, floor: str) -> Condition:
+    """``condition``, only while ``gate > floor`` (a traffic floor).
+
+    Grafana's query multiplies the value by the gate's 0 or 1 (``> bool``), so a
+    gated-off instance reads 0. That is on the quiet side only of an "above a
+    bound of 0 or more" threshold, so nothing else may be gated.
+    """
+    op, bound = condition.threshold
+    if op != "gt" or bound < 0:
+        raise ValueError(f"only a condition 'above a bound >= 0' can be gated, not {op} {bound}")
+    return Condition(
+        f"{condition.promql}\nand {on}\n{gate} > {floor}",
+        f"{condition.query}\n* {on}\n({gate} > bool {floor})",
+        condition.threshold,
+    )
+
+
+def any_of(promql: str, on: str, present: str) -> Condition:
+    """Fires on every series ``promql`` returns, which must all be positive.
+
+    Grafana's query adds ``0 * present`` for the instances ``promql`` does not
+    return, so an instance that stops firing reads 0 while ``present`` has it.
+    """
+    indented = promql.replace("\n", "\n  ")
+    return Condition(promql, f"(\n  {indented}\n)\nor {on}\n0 * {present}", ("gt", 0.0))
+
+
+def absent(selector: str) -> Condition:
+    """``absent(selector)``: one series at 1 without labels while nothing matches, none otherwise."""
+    expr = f"absent({selector})"
+    return Condition(expr, expr, ("gt", 0.0))
+
+
+def down(up: str) -> Condition:
+    """``up == 0``; Grafana's threshold is "below 1" (``up`` is 0 or 1; Grafana 10 has no "equals")."""
+    return Condition(f"{up} == 0", up, ("lt", 1.0))
+
+
+@dataclass(frozen=True)
+class GrafanaChoices:
+    """What only the Grafana-managed form of an alert needs; a Prometheus rule has no such fields.
+
+    ``no_data`` and ``exec_err`` are the rule's ``noDataState`` and
+    ``execErrState``, ``why`` says why (it is written above the rule in the
+    provisioning file). ``panel`` is the dashboard uid and panel title that
+    show the alert. ``description`` replaces the Prometheus description where
+    that uses what Grafana's templates lack (``$externalURL``).
+    """
+
+    no_data: str
+    exec_err: str
+    why: str
+    panel: tuple[str, str]
+    description: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.no_data not in NO_DATA_STATES:
+            raise ValueError(f"no_data must be one of {sorted(NO_DATA_STATES)}, got {self.no_data!r}")
+        if self.exec_err not in EXEC_ERR_STATES:
+            raise ValueError(f"exec_err must be one of {sorted(EXEC_ERR_STATES)}, got {self.exec_err!r}")
+
+
 @dataclass(frozen=True)
 class Alert:
+    """One alert. ``expr`` is a :class:`Condition`; a bare PromQL string renders the
+    Prometheus rule only, and rendering the Grafana rules refuses it (as it
+    refuses an alert without ``grafana``)."""
+
     name: str
-    expr: str
+    expr: Condition | str
     hold: str | None
     severity: str
     summary: str
     description: str
     why: str
+    grafana: GrafanaChoices | None = None
+
+    @property
+    def promql(self) -> str:
+        return self.expr.promql if isinstance(self.expr, Condition) else self.expr
 
     def rule(self, config: MixinConfig) -> dict[str, object]:
-        rule: dict[str, object] = {"alert": self.name, "expr": self.expr}
+        rule: dict[str, object] = {"alert": self.name, "expr": self.promql}
         if self.hold:
             rule["for"] = self.hold
         rule["labels"] = {"severity": self.severity}
@@ -53,19 +161,39 @@ class Alert:
         return rule
 
 
-def build(config: MixinConfig) -> list[Alert]:
+#: Why a ratio-style alert says OK on no data and Error on a failed query.
+SYMPTOM_STATES = (
+    "No data means no job has the series this alert compares, so there is\n"
+    "nothing to judge: OK (MmobsMetricsAbsent pages for missing metrics, and\n"
+    "MmobsTargetDown for a failed scrape). A failed query says nothing about\n"
+    "{what}: Error, which Grafana reports as its own DatasourceError alert\n"
+    "rather than as this one."
+)
+
+
+def build(config: MixinConfig, *, inline: bool = False) -> list[Alert]:
+    """The alerts; ``inline`` reads recording rules by their expressions (Grafana), not their names."""
     recorded = build_rules(config)
     query = QueryStyle.for_rules(config)
     on = f"on ({', '.join(query.keep)})"
-    image_keys = query.aggregate("sum", f"{recorded.media_keys_by_source.name}{{{metrics.IMAGE_KINDS}}}")
-    five_xx_rate = query.aggregate("sum", f"{recorded.image_requests_by_status.name}{{{metrics.STATUS_5XX}}}")
+
+    def read(rule: RecordingRule, *matchers: str) -> str:
+        return rule.read(*matchers, inline=inline)
+
+    image_keys = query.aggregate("sum", read(recorded.media_keys_by_source, metrics.IMAGE_KINDS))
+    five_xx_rate = query.aggregate("sum", read(recorded.image_requests_by_status, metrics.STATUS_5XX))
     five_xx = query.select(metrics.HTTP_IMAGE_REQUESTS, metrics.STATUS_5XX)
     new_five_xx = query.aggregate("count", f"\n  {five_xx} > 0\n  unless\n  {five_xx} offset {config.rate_window}\n")
     selector = config.selector or "every job"
+    absent_tail = (
+        f"{metrics.MEDIA_KEYS} series from any target matching {selector}. Every mmobs process exports it from "
+        "start-up, so either no mmobs replica is scraped or the exporter is broken; the EXIF fallback, drift and "
+        "5xx alerts cannot fire meanwhile."
+    )
     return [
         Alert(
             "MmobsExifFallbackRatioHigh",
-            f"{recorded.fallback_ratio.name} > 0.05\nand {on}\n{image_keys} > 0.1",
+            gated(above(read(recorded.fallback_ratio), "0.05"), on, image_keys, "0.1"),
             "15m",
             "warning",
             "EXIF fallbacks replace the ImageID key of more than 5% of images.",
@@ -79,10 +207,16 @@ def build(config: MixinConfig) -> list[Alert]:
             "traffic; 5% for a quarter of an hour is either a new client sending broken\n"
             "files or our code failing on good ones. The traffic floor (30 images per\n"
             '5m) keeps one broken file on an idle replica from reading as "100%".',
+            GrafanaChoices(
+                "OK",
+                "Error",
+                SYMPTOM_STATES.format(what="the fallback share"),
+                ("mmobs-exif-fallbacks", "Fallback share of image keys"),
+            ),
         ),
         Alert(
             "MmobsCacheKeyDrift",
-            f"{recorded.drift_ratio.name} > 0.01\nand {on}\n{recorded.drift_samples.name} > 0.02",
+            gated(above(read(recorded.drift_ratio), "0.01"), on, read(recorded.drift_samples), "0.02"),
             "15m",
             "warning",
             "Cache keys drift for more than 1% of sampled media items.",
@@ -93,10 +227,16 @@ def build(config: MixinConfig) -> list[Alert]:
             "items/s. Some drift is legitimate (a client re-encoding the same picture\n"
             "changes its original bytes); 1% of sampled items for 15 minutes is not.\n"
             "The floor (6 samples per 5m) stops a single drift on a quiet job from firing.",
+            GrafanaChoices(
+                "OK",
+                "Error",
+                SYMPTOM_STATES.format(what="drift"),
+                ("mmobs-cache-keys", "Cache-key drift ratio"),
+            ),
         ),
         Alert(
             "MmobsHasherFingerprintMismatch",
-            f"{recorded.fingerprints.name} > 1",
+            above(read(recorded.fingerprints), "1"),
             "15m",
             "warning",
             "Replicas of one job compute different cache keys for the same media.",
@@ -107,10 +247,16 @@ def build(config: MixinConfig) -> list[Alert]:
             "> 1 distinct fingerprint in a job for 15m. Replicas behind one cache\n"
             "must key identically. A rolling upgrade that changes Pillow or numpy shows\n"
             "2 fingerprints briefly; 15m covers a normal rollout.",
+            GrafanaChoices(
+                "OK",
+                "Error",
+                SYMPTOM_STATES.format(what="the fingerprints"),
+                ("mmobs-cache-keys", "Distinct hasher fingerprints"),
+            ),
         ),
         Alert(
             "MmobsImageRequestServerErrors",
-            f"{five_xx_rate} > 0\nor\n{new_five_xx}",
+            any_of(f"{five_xx_rate} > 0\nor\n{new_five_xx}", on, five_xx_rate),
             None,
             "critical",
             "Requests carrying an image were answered with a server error.",
@@ -123,26 +269,38 @@ def build(config: MixinConfig) -> list[Alert]:
             "the 5xx series of every known route at 0; the second clause catches the\n"
             "first 5xx of a route it could not know in advance (an app without a\n"
             "Starlette route table): that series is born at 1, which rate() cannot see.",
+            GrafanaChoices(
+                "OK",
+                "Error",
+                SYMPTOM_STATES.format(what="server errors"),
+                ("mmobs-exif-fallbacks", "5xx on image requests (max over range)"),
+            ),
         ),
         Alert(
             "MmobsMetricsAbsent",
-            f"absent({query.select(metrics.MEDIA_KEYS)})",
+            absent(query.select(metrics.MEDIA_KEYS)),
             "10m",
             "warning",
             "No mmobs metrics are being scraped.",
-            "For 10 minutes the Prometheus{{ with $externalURL }} at {{ . }}{{ end }} has had no "
-            f"{metrics.MEDIA_KEYS} series from "
-            f"any target matching {selector}. Every mmobs process exports it from start-up, so either no mmobs "
-            "replica is scraped or the exporter is broken; the EXIF fallback, drift and 5xx alerts cannot fire "
-            "meanwhile.",
+            "For 10 minutes the Prometheus{{ with $externalURL }} at {{ . }}{{ end }} has had no " + absent_tail,
             f"no {metrics.MEDIA_KEYS} series at all for 10m. Its children are\n"
             "created at start-up, so any scraped mmobs process has it; absence means no\n"
             "replica is scraped or the metrics are not exported (for example\n"
             "PROMETHEUS_MULTIPROC_DIR missing in the workers).",
+            GrafanaChoices(
+                "OK",
+                "Alerting",
+                "absent() returns a series exactly while the metrics are missing, so no\n"
+                "data is the healthy answer: OK. A failed query means Grafana cannot see\n"
+                "the mmobs metrics either, which is what this alert reports: Alerting (its\n"
+                "runbook's first step checks what Prometheus scrapes).",
+                ("mmobs-cache-keys", "Media keys"),
+                "For 10 minutes the data source of the Grafana at {{ externalURL }} has had no " + absent_tail,
+            ),
         ),
         Alert(
             "MmobsTargetDown",
-            f"{query.select('up')} == 0",
+            down(query.select("up")),
             "5m",
             "warning",
             "An mmobs scrape target is down.",
@@ -150,6 +308,14 @@ def build(config: MixinConfig) -> list[Alert]:
             "metrics, and the alerts built on them, are missing for that replica.",
             f"up == 0 for 5m on a target matching {selector}. Render the\n"
             "mixin with --selector if your scrape jobs are named differently.",
+            GrafanaChoices(
+                "OK",
+                "Error",
+                "No up series means no target matches the selector at all, which\n"
+                "MmobsMetricsAbsent reports: OK. A failed query says nothing about the\n"
+                "targets: Error (Grafana's own DatasourceError alert).",
+                ("mmobs-cache-keys", "Fingerprint by instance"),
+            ),
         ),
     ]
 

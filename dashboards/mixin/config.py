@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 _LABEL = r"[A-Za-z_][A-Za-z0-9_]*"
 _MATCHER = re.compile(rf'\s*{_LABEL}\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
+_UID = re.compile(r"[A-Za-z0-9_-]{1,40}")
 _DURATION = re.compile(r"(?:\d+(?:ms|[smhdwy]))+")
 
 
@@ -35,12 +36,17 @@ class MixinConfig:
     ``rate_window``: the range of every ``rate()`` in the recording rules and
     alerts (and the ``_rate5m`` suffix of the rule names). Dashboards always use
     ``$__rate_interval``, which Grafana derives from the scrape interval.
+
+    ``datasource_uid``: the Prometheus data source the Grafana-managed alert
+    rules query (a rule cannot use the dashboards' ``datasource`` variable). The
+    default is the uid of the data source in ``provisioning/datasources/``.
     """
 
     selector: str = 'job=~"mmobs.*"'
     cluster_label: str = ""
     runbook_url_pattern: str = "https://github.com/mmobs/mmobs/blob/main/docs/runbooks/{alert}.md"
     rate_window: str = "5m"
+    datasource_uid: str = "prometheus"
 
     def __post_init__(self) -> None:
         if self.selector and not all(_MATCHER.fullmatch(part) for part in split_matchers(self.selector)):
@@ -53,6 +59,10 @@ class MixinConfig:
             raise ValueError("runbook_url_pattern must contain {alert}")
         if not _DURATION.fullmatch(self.rate_window):
             raise ValueError(f"rate_window must be a Prometheus duration such as 5m, got {self.rate_window!r}")
+        if not _UID.fullmatch(self.datasource_uid):
+            raise ValueError(
+                f"datasource_uid must be a Grafana uid (letters, digits, - and _), got {self.datasource_uid!r}"
+            )
 
     @property
     def selector_matchers(self) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from . import alerts, cache_keys, exif_fallbacks, rules
+from . import alerts, cache_keys, exif_fallbacks, grafana_alerts, rules
 from .config import MixinConfig
 
 DASHBOARDS: dict[str, Callable[[MixinConfig], dict[str, Any]]] = {
@@ -15,6 +15,8 @@ DASHBOARDS: dict[str, Callable[[MixinConfig], dict[str, Any]]] = {
 }
 RECORDING_RULES = "prometheus/recording-rules.yml"
 ALERTS = "prometheus/alerts.yml"
+GRAFANA_ALERTS = "provisioning/alerting/mmobs-alerts.yml"
+GRAFANA_ALERTS_API = "alerting/grafana-alert-rules.json"
 
 
 def dashboard_json(board: dict[str, Any]) -> str:
@@ -24,7 +26,10 @@ def dashboard_json(board: dict[str, Any]) -> str:
 def render_all(config: MixinConfig | None = None) -> dict[str, str]:
     """Path relative to ``dashboards/`` -> the text that file must contain."""
     config = config or MixinConfig()
-    files = {path: dashboard_json(build(config)) for path, build in DASHBOARDS.items()}
+    boards = {path: build(config) for path, build in DASHBOARDS.items()}
+    files = {path: dashboard_json(board) for path, board in boards.items()}
     files[RECORDING_RULES] = rules.render(config)
     files[ALERTS] = alerts.render(config)
+    files[GRAFANA_ALERTS] = grafana_alerts.render(config, list(boards.values()))
+    files[GRAFANA_ALERTS_API] = grafana_alerts.render_api(config, list(boards.values()))
     return files

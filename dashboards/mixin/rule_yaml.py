@@ -1,4 +1,4 @@
-"""A YAML writer for Prometheus rule files, for the one shape they have (stdlib only).
+"""A YAML writer for Prometheus rule files and Grafana provisioning files (stdlib only).
 
 It writes ``{"groups": [{"name": ..., "rules": [{...}]}]}`` with a comment
 header and optional comments above rules, multi-line PromQL as literal blocks
@@ -73,11 +73,27 @@ def mapping(entries: dict[str, Any], indent: str, first_prefix: str) -> list[str
     lines: list[str] = []
     for position, (key, value) in enumerate(entries.items()):
         prefix = first_prefix if position == 0 else " " * len(first_prefix)
-        if isinstance(value, dict):
+        if isinstance(value, dict) and value:
             lines.append(f"{indent}{prefix}{key}:")
             lines.extend(mapping(value, indent + " " * len(prefix) + "  ", ""))
+        elif isinstance(value, list) and value:
+            lines.append(f"{indent}{prefix}{key}:")
+            lines.extend(sequence(value, indent + " " * len(prefix) + "  "))
+        elif isinstance(value, dict | list):
+            lines.append(f"{indent}{prefix}{key}: {json.dumps(value)}")
         else:
             lines.append(f"{indent}{prefix}{key}:{scalar(value, indent + ' ' * len(prefix), key in FOLDED_KEYS)}")
+    return lines
+
+
+def sequence(items: list[Any], indent: str) -> list[str]:
+    """A block sequence of mappings or scalars (Grafana's provisioning files have both)."""
+    lines: list[str] = []
+    for item in items:
+        if isinstance(item, dict) and item:
+            lines.extend(mapping(item, indent, "- "))
+        else:
+            lines.append(f"{indent}-{scalar(item, indent)}")
     return lines
 
 
