@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 import mmobs
 from mmobs.errors import BadImageError, InvalidOptionError
 from mmobs.events import KEY_PATHS, observing
+from mmobs.keys import loader
 from mmobs.keys.from_bytes import HEADER_FORMATS, key_for_bytes, key_image
 from mmobs.keys.loader import ImageMediaIO
 from mmobs.observability.drift import DriftTracker
@@ -183,6 +184,24 @@ def test_a_late_trns_only_matters_for_an_rgb_png_keyed_for_rgb() -> None:
         for image_mode in ("L", "RGBA", None):
             found = key_image(ImageMediaIO(image_mode), data)
             assert (found.key, found.key_path) == (loader_key(data, image_mode=image_mode), "header")
+
+
+@pytest.mark.parametrize("verify", ["header", "decode"])
+def test_the_bytes_are_checked_and_opened_once_on_every_path(verify: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One way down: guard, open, decide, decode if needed, hash, each step once, even when the header cannot decide."""
+    data, calls = late_trns_png(), []
+    for module, name in ((loader, "check_image_bytes"), (loader.Image, "open")):
+        real = getattr(module, name)
+
+        def spy(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, spy)
+    with observing(None):  # the default observer's fingerprint opens reference images of its own
+        found = key_image(ImageMediaIO("RGB"), data, verify=verify)  # type: ignore[arg-type]
+    assert found.key_path == ("header_decoded" if verify == "header" else "decode")
+    assert calls == ["check_image_bytes", "open"]
 
 
 def test_image_mode_none_never_converts_so_any_format_is_keyed_from_its_header() -> None:

@@ -155,7 +155,7 @@ def key_image(
     doubt = None if io.image_mode is None else _header_doubt(opened, data, io.image_mode)
     path: KeyPath
     if verify == "decode" or doubt is not None:
-        io_config = io.load_bytes(data).io_config  # reports its own refusals
+        io_config = io.decode(opened, data).io_config  # the same opened image; reports its own refusals
         path = "decode" if verify == "decode" else "header_decoded"
     else:
         io_config = io.io_config if io.converts(header_mode, has_transparency(opened)) else None

@@ -46,7 +46,7 @@ except ImportError:  # pragma: no cover - exercised where pybase64 is absent
 from mmobs.errors import BadImageError, BadImageReason, InvalidOptionError
 from mmobs.events import TransposeFailure, get_observer
 from mmobs.keys.formats import DEFAULT_FORMATS, VLLM_FORMATS
-from mmobs.keys.guard import DEFAULT_DECODE_LIMITS, DecodeLimits, check_image_bytes, sniff_format
+from mmobs.keys.guard import DEFAULT_DECODE_LIMITS, DecodeLimits, check_image_bytes
 from mmobs.keys.media import MediaWithBytes
 from mmobs.keys.pixel_limit import PixelLimitExceeded, pixel_limit
 
@@ -211,12 +211,13 @@ class ImageMediaIO:
 
     def load_bytes(self, data: bytes | bytearray | memoryview) -> MediaWithBytes[Image.Image]:
         """Decode encoded image bytes; ``BadImageError`` if they are not an image."""
+        data = bytes(data)
         try:
-            with pixel_limit(self.max_pixels):
-                return self._load(bytes(data))
+            opened = self.open_header(data)
         except BadImageError as error:
             report_bad_image(error)
             raise
+        return self.decode(opened, data)
 
     def load_base64(self, media_type: str, data: str | bytes) -> MediaWithBytes[Image.Image]:
         """Decode a base64 payload (``media_type`` is informational, as in vLLM)."""
@@ -250,8 +251,8 @@ class ImageMediaIO:
             raise empty_image_error()
         if len(data) > self.max_bytes:
             raise _too_large(len(data), self.max_bytes)
-        if self.decode_limits is not None and (self.formats is None or sniff_format(data) in self.formats):
-            check_image_bytes(data, self.decode_limits, max_pixels=self.max_pixels)
+        if self.decode_limits is not None:
+            check_image_bytes(data, self.decode_limits, max_pixels=self.max_pixels, formats=self.formats)
         with pixel_limit(self.max_pixels):
             opened = _open(data, self.formats)
         width, height = opened.size
@@ -281,8 +282,22 @@ class ImageMediaIO:
         """The ``io_config`` a converted image carries (and its key includes)."""
         return {"image_mode": self.image_mode, "rgba_background_color": self.rgba_background_color}
 
-    def _load(self, data: bytes) -> MediaWithBytes[Image.Image]:
-        opened = self.open_header(data)
+    def decode(self, opened: Image.Image, data: bytes) -> MediaWithBytes[Image.Image]:
+        """Decode the image :meth:`open_header` opened from ``data``: its pixels, EXIF transpose and mode.
+
+        The second half of :meth:`load_bytes`, for a caller that read the
+        header first (the no-decode keys, when the header cannot decide): the
+        bytes are neither checked nor opened again. Refusals are reported
+        (:func:`report_bad_image`) and raised as ``BadImageError``.
+        """
+        try:
+            with pixel_limit(self.max_pixels):
+                return self._decode_opened(opened, data)
+        except BadImageError as error:
+            report_bad_image(error)
+            raise
+
+    def _decode_opened(self, opened: Image.Image, data: bytes) -> MediaWithBytes[Image.Image]:
         metadata_error = _decode(opened)
         if metadata_error is None:
             image = normalize_image(opened)

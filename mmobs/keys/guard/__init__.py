@@ -24,7 +24,7 @@ about to hand to ``PIL.Image.open`` (vLLM's, through the mmobs plugin).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from mmobs.keys.guard.bmp import check_bmp
 from mmobs.keys.guard.gif import check_gif
@@ -75,16 +75,19 @@ def check_image_bytes(
     limits: DecodeLimits | None = None,
     *,
     max_pixels: int | None = None,
+    formats: Collection[str] | None = None,
 ) -> None:
     """Refuse ``data`` if decoding it would cost more than its budget allows; return ``None`` otherwise.
 
     ``limits`` defaults to :data:`DEFAULT_DECODE_LIMITS`. ``max_pixels``, when
     given, also refuses a header that declares more pixels (``too_many_pixels``)
-    before any decoder allocates them. Raises only ``BadImageError``.
+    before any decoder allocates them. ``formats``, when given, checks only
+    those formats: a loader that refuses the others leaves them to its own,
+    clearer refusal (``unsupported_format``). Raises only ``BadImageError``.
     """
     limits = DEFAULT_DECODE_LIMITS if limits is None else limits
     fmt = sniff_format(data)
-    if fmt is None:
+    if fmt is None or (formats is not None and fmt not in formats):
         return
     raw = data if isinstance(data, bytes) else bytes(data)
     try:
