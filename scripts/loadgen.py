@@ -12,7 +12,7 @@ regression JPEG (malformed EXIF), the rest a clean JPEG. With
 *followed by* bytes that are no image: the service keys the first (its EXIF
 fallback runs), then refuses the request with a 400 for the second.
 
-The accounting follows the rule in the README ("What is counted"): a fallback
+The accounting follows the counting rule in docs/library.md ("What is counted and logged"): a fallback
 is counted when it happens, whether or not its request is answered 200. So
 ``fallback_sent`` (every regression JPEG sent, each processed before any
 refusal in its request) is what ``mmobs_exif_fallback_total`` must move by;

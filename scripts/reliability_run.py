@@ -5,7 +5,7 @@ Starts ``mmobs serve --workers 2`` on a loopback port, then:
 1. sends ``--requests`` requests from ``--concurrency`` clients, every
    ``--fallback-every``-th carrying the vLLM regression JPEG (malformed EXIF)
    and every ``--refused-every``-th that JPEG followed by a non-image (refused,
-   its fallback still counted: the README's rule), recording the RSS of the
+   its fallback still counted: the counting rule of docs/library.md), recording the RSS of the
    workers and their decode workers and the number of exported series after
    the first thousand requests and at the end, and checks the summed fallback
    counter equals exactly the fallbacks sent;

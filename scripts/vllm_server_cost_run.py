@@ -377,7 +377,9 @@ def versions(venv: Path) -> dict[str, str]:
     found = json.loads(subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True,
                                       check=True, timeout=120).stdout)  # fmt: skip
     installed = Path(found.pop("mmobs_path"))
-    found["mmobs guard = this tree's mmobs/guard"] = str(_same_tree(installed / "guard", ROOT / "mmobs" / "guard"))
+    found["mmobs guard = this tree's mmobs/keys/guard"] = str(
+        _same_tree(installed / "keys" / "guard", ROOT / "mmobs" / "keys" / "guard")
+    )
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     found["tree"] = commit.stdout.strip()
     return found

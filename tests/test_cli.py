@@ -16,7 +16,7 @@ import mmobs
 from mmobs.cli import _HelpFormatter, build_parser
 from mmobs.observability.fingerprint import compute_fingerprint
 from tests import golden
-from tests.markdown import fenced_blocks, section
+from tests.markdown import fenced_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,9 +155,9 @@ def test_every_option_has_help_and_its_default(name):
 
 
 def _readme_synopsis() -> dict[str, set[str]]:
-    """Per subcommand, the options the README's synopsis blocks (``mmobs NAME`` and its indented lines) name."""
+    """Per subcommand, the options the synopsis blocks of docs/service.md (``mmobs NAME`` and its indented lines) name."""
     named: dict[str, set[str]] = {}
-    for block in fenced_blocks(section((ROOT / "README.md").read_text(), "## The service and the CLI")):
+    for block in fenced_blocks((ROOT / "docs" / "service.md").read_text()):
         current = None
         for line in block.lines:
             match = re.match(r"mmobs (\w+)", line)

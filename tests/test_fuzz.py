@@ -161,10 +161,10 @@ def test_known_fallback_inputs_pass_and_are_counted(harness: Any) -> None:
 
 
 def test_harness_flags_an_exception_escaping_the_loader(harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self: Any, data: bytes) -> Any:
+    def broken(self: Any, opened: Any, data: bytes) -> Any:
         raise OSError("decoder exploded")
 
-    monkeypatch.setattr(fuzz.M.ImageMediaIO, "_load", broken)
+    monkeypatch.setattr(fuzz.M.ImageMediaIO, "_decode_opened", broken)
     with pytest.raises(OSError, match="decoder exploded"):
         harness.run(exif_input("jpeg", BAD_HEADER))
 

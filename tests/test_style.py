@@ -1,7 +1,8 @@
-"""The code's style is the formatter's and the linter's (configured in pyproject.toml), checked here.
+"""The code's style is the formatter's, the linter's and the type checker's (configured in pyproject.toml).
 
-The pinned ruff of the ``test`` extra runs over the whole tree, so the README's
-one test command (and CI) fails on an unformatted file or a lint finding.
+The pinned ruff and mypy of the ``test`` extra run here, so the README's one
+test command (and CI) fails on an unformatted file, a lint finding, or a type
+error in ``mmobs/`` (which ships ``py.typed``: its annotations are a promise).
 """
 
 from __future__ import annotations
@@ -21,3 +22,13 @@ def test_ruff(command: list[str]) -> None:
         [sys.executable, "-m", "ruff", *command], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, f"ruff {' '.join(command)}:\n{result.stdout[-6000:]}{result.stderr[-2000:]}"
+
+
+def test_mypy_strict(tmp_path: Path) -> None:
+    """``mypy --strict`` over mmobs/ with the configuration in pyproject.toml, from a cold cache."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "mypy-cache")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, f"mypy:\n{result.stdout[-6000:]}{result.stderr[-2000:]}"
+    assert "Success: no issues found" in result.stdout

@@ -263,9 +263,9 @@ def test_the_plugin_loads_in_every_vllm_process(vllm_server: VllmServer) -> None
     assert "not shaped as this plugin expects" not in vllm_server.logs()
 
 
-def test_the_readme_shows_the_command_this_server_runs(vllm_server: VllmServer) -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    (line,) = [line for line in readme.splitlines() if "vllm serve /tmp/tiny-qwen2-vl" in line]
+def test_the_vllm_page_shows_the_command_this_server_runs(vllm_server: VllmServer) -> None:
+    page = (ROOT / "docs" / "vllm.md").read_text(encoding="utf-8")
+    (line,) = [line for line in page.splitlines() if "vllm serve /tmp/tiny-qwen2-vl" in line]
     words = shlex.split(line)
     serve = words.index("$V/vllm")
     environment = dict(word.split("=", 1) for word in words[:serve])

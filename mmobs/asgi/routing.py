@@ -10,6 +10,7 @@ Apps without one get :data:`UNMATCHED_ROUTE` for every request.
 from __future__ import annotations
 
 import threading
+from collections.abc import MutableMapping
 from typing import Any
 
 from starlette.routing import Match, Mount
@@ -19,7 +20,7 @@ __all__ = ["UNMATCHED_ROUTE", "RouteResolver", "endpoint_templates"]
 UNMATCHED_ROUTE = "<unmatched>"
 
 
-def _template(routes: Any, scope: dict[str, Any], prefix: str = "") -> str | None:
+def _template(routes: Any, scope: MutableMapping[str, Any], prefix: str = "") -> str | None:
     partial: str | None = None
     for route in routes:
         try:
@@ -28,7 +29,7 @@ def _template(routes: Any, scope: dict[str, Any], prefix: str = "") -> str | Non
             continue
         if match is Match.NONE:
             continue
-        path = getattr(route, "path", None)
+        path: str | None = getattr(route, "path", None)
         if path is None:
             continue
         if isinstance(route, Mount) and match is Match.FULL:
@@ -71,7 +72,7 @@ class RouteResolver:
         self._cache: dict[tuple[str, str, int], str] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, scope: dict[str, Any]) -> str:
+    def __call__(self, scope: MutableMapping[str, Any]) -> str:
         app = scope.get("app") or self.app
         key = (scope.get("method", ""), scope.get("path", ""), id(app))
         cached = self._cache.get(key)

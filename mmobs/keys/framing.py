@@ -154,7 +154,7 @@ class DigestSink:
     def end_tee(self) -> str | None:
         self.flush()
         tee, self._tee = self._tee, None
-        return tee.hexdigest()
+        return str(tee.hexdigest())
 
 
 class _Lazy:

@@ -75,7 +75,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, get_args
 
-from PIL import Image
+from PIL import Image, ImageFile
 
 from mmobs.errors import BadImageError, InvalidOptionError
 from mmobs.events import KeyPath, get_observer
@@ -169,7 +169,7 @@ def key_image(
 # -- when the header cannot decide ----------------------------------------------
 
 
-def _header_doubt(image: Image.Image, data: bytes, image_mode: str) -> str | None:
+def _header_doubt(image: ImageFile.ImageFile, data: bytes, image_mode: str) -> str | None:
     """Why the header cannot tell whether the loader converts ``image``, or None when it can."""
     check = _FORMAT_CHECKS.get(image.format or "")
     if check is None:
@@ -182,16 +182,16 @@ def _header_doubt(image: Image.Image, data: bytes, image_mode: str) -> str | Non
     return None
 
 
-def _no_doubt(image: Image.Image, data: bytes, image_mode: str) -> str | None:
+def _no_doubt(image: ImageFile.ImageFile, data: bytes, image_mode: str) -> str | None:
     return None
 
 
-def _tiled(image: Image.Image, data: bytes, image_mode: str) -> str | None:
+def _tiled(image: ImageFile.ImageFile, data: bytes, image_mode: str) -> str | None:
     """Formats whose header lists the pixel data to decode: none listed, nothing to decode."""
     return None if image.tile else "the header lists no pixel data"
 
 
-def _png(image: Image.Image, data: bytes, image_mode: str) -> str | None:
+def _png(image: ImageFile.ImageFile, data: bytes, image_mode: str) -> str | None:
     doubt = _tiled(image, data, image_mode)
     if doubt is None and image_mode == image.mode == "RGB" and not has_transparency(image):
         # The one case where transparency gained while decoding changes whether the loader converts.
@@ -226,7 +226,7 @@ def _png_late_transparency(data: bytes) -> str | None:
 
 #: Formats whose mode and transparency after decoding are the header's, each
 #: with the check of its remaining doubts (see the module docstring).
-_FORMAT_CHECKS: dict[str, Callable[[Image.Image, bytes, str], str | None]] = {
+_FORMAT_CHECKS: dict[str, Callable[[ImageFile.ImageFile, bytes, str], str | None]] = {
     "JPEG": _tiled,
     "MPO": _tiled,
     "PNG": _png,

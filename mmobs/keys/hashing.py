@@ -235,7 +235,7 @@ class _Writer:
             return
         else:
             contiguous = array if array.flags.c_contiguous else np.ascontiguousarray(array)
-            data = memoryview(contiguous.reshape(-1).view(np.uint8))
+            data = contiguous.reshape(-1).view(np.uint8).data
         self.array_item(array.dtype.str, array.shape, data)
 
     def array_item(self, dtype: str, shape: tuple[int, ...], data: object) -> None:

@@ -32,16 +32,11 @@ from __future__ import annotations
 
 import binascii
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from io import BytesIO
 from typing import Any
 
-from PIL import Image, ImageOps, UnidentifiedImageError
-
-try:  # 3-4x faster on large payloads, same strict semantics (the "serve" extra)
-    from pybase64 import b64decode
-except ImportError:  # pragma: no cover - exercised where pybase64 is absent
-    from base64 import b64decode
+from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from mmobs.errors import BadImageError, BadImageReason, InvalidOptionError
 from mmobs.events import TransposeFailure, get_observer
@@ -49,6 +44,12 @@ from mmobs.keys.formats import DEFAULT_FORMATS, VLLM_FORMATS
 from mmobs.keys.guard import DEFAULT_DECODE_LIMITS, DecodeLimits, check_image_bytes
 from mmobs.keys.media import MediaWithBytes
 from mmobs.keys.pixel_limit import PixelLimitExceeded, pixel_limit
+
+b64decode: Callable[..., bytes]
+try:  # 3-4x faster on large payloads, same strict semantics (the "serve" extra)
+    from pybase64 import b64decode
+except ImportError:  # pragma: no cover - exercised where pybase64 is absent
+    from base64 import b64decode
 
 __all__ = [
     "DEFAULT_FORMATS",
@@ -140,7 +141,10 @@ def safe_exif_transpose(image: Image.Image, *, in_place: bool = False) -> Image.
     """
     image.load()
     try:
-        return ImageOps.exif_transpose(image, in_place=in_place)
+        if in_place:
+            ImageOps.exif_transpose(image, in_place=True)
+            return None
+        return ImageOps.exif_transpose(image)
     except Exception as error:  # noqa: BLE001 - tolerated by design, and reported
         get_observer().exif_transpose_failed(TransposeFailure(error, image))
         return None if in_place else image
@@ -238,7 +242,7 @@ class ImageMediaIO:
 
     # -- the pipeline ---------------------------------------------------------
 
-    def open_header(self, data: bytes) -> Image.Image:
+    def open_header(self, data: bytes) -> ImageFile.ImageFile:
         """Open ``data`` and apply every limit its header decides; decode no pixel.
 
         The checks of :meth:`load_bytes` that need no pixels: not empty, at
@@ -282,7 +286,7 @@ class ImageMediaIO:
         """The ``io_config`` a converted image carries (and its key includes)."""
         return {"image_mode": self.image_mode, "rgba_background_color": self.rgba_background_color}
 
-    def decode(self, opened: Image.Image, data: bytes) -> MediaWithBytes[Image.Image]:
+    def decode(self, opened: ImageFile.ImageFile, data: bytes) -> MediaWithBytes[Image.Image]:
         """Decode the image :meth:`open_header` opened from ``data``: its pixels, EXIF transpose and mode.
 
         The second half of :meth:`load_bytes`, for a caller that read the
@@ -297,7 +301,7 @@ class ImageMediaIO:
             report_bad_image(error)
             raise
 
-    def _decode_opened(self, opened: Image.Image, data: bytes) -> MediaWithBytes[Image.Image]:
+    def _decode_opened(self, opened: ImageFile.ImageFile, data: bytes) -> MediaWithBytes[Image.Image]:
         metadata_error = _decode(opened)
         if metadata_error is None:
             image = normalize_image(opened)
@@ -443,7 +447,7 @@ def _decode_base64(data: str | bytes, max_bytes: int) -> bytes:
         raise BadImageError("bad_base64", f"the payload is not valid base64: {error}") from None
 
 
-def _open(data: bytes, formats: tuple[str, ...] | None) -> Image.Image:
+def _open(data: bytes, formats: tuple[str, ...] | None) -> ImageFile.ImageFile:
     """Parse the header only. Pillow reads no pixels here.
 
     The file is identified in vLLM's format order first (see

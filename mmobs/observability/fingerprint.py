@@ -19,7 +19,7 @@ import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 from io import BytesIO
 from typing import Any
@@ -61,6 +61,18 @@ def _uuid_image() -> Image.Image:
     return image
 
 
+def _opened_input(name: str) -> dict[str, Any]:
+    return {"image": _opened(name)}
+
+
+def _loaded_input(name: str) -> dict[str, Any]:
+    return {"image": ImageMediaIO().load_bytes(_reference_bytes(name))}
+
+
+def _pixels_input(name: str) -> dict[str, Any]:
+    return {"image": ImageMediaIO(image_mode=None).load_bytes(_reference_bytes(name)).media}
+
+
 def _reference_inputs() -> dict[str, Callable[[], dict[str, Any]]]:
     """Name -> a builder of fresh ``hash_kwargs`` arguments (images are stateful)."""
     files = (
@@ -75,11 +87,9 @@ def _reference_inputs() -> dict[str, Callable[[], dict[str, Any]]]:
     )
     inputs: dict[str, Callable[[], dict[str, Any]]] = {}
     for name in files:
-        inputs[f"open:{name}"] = lambda name=name: {"image": _opened(name)}
-        inputs[f"media:{name}"] = lambda name=name: {"image": ImageMediaIO().load_bytes(_reference_bytes(name))}
-        inputs[f"pixels:{name}"] = lambda name=name: {
-            "image": ImageMediaIO(image_mode=None).load_bytes(_reference_bytes(name)).media
-        }
+        inputs[f"open:{name}"] = partial(_opened_input, name)
+        inputs[f"media:{name}"] = partial(_loaded_input, name)
+        inputs[f"pixels:{name}"] = partial(_pixels_input, name)
     array = np.arange(24, dtype=">i4").reshape(4, 6)
     inputs["ndarray:noncontiguous"] = lambda: {"data": array.T}
     inputs["ndarray:0d"] = lambda: {"data": np.array(0.1, dtype=np.float32)}

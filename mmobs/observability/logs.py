@@ -28,6 +28,7 @@ import sys
 import threading
 import traceback
 import warnings
+from collections.abc import MutableMapping
 from types import TracebackType
 from typing import Any, Literal, TextIO
 
@@ -89,7 +90,7 @@ def _exception_of(exc_info: Any) -> BaseException | None:
         return sys.exc_info()[1]
     if isinstance(exc_info, BaseException):
         return exc_info
-    if isinstance(exc_info, tuple) and len(exc_info) == 3:
+    if isinstance(exc_info, tuple) and len(exc_info) == 3 and isinstance(exc_info[1], BaseException):
         return exc_info[1]
     return None
 
@@ -127,7 +128,7 @@ def _foreign_fields(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, An
     return event_dict
 
 
-def _exception_label_inline(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def _exception_label_inline(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """Keep mmobs's one-word ``exception`` label on the event line in console output.
 
     structlog's ConsoleRenderer prints an ``exception`` field as a traceback

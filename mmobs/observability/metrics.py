@@ -2,7 +2,7 @@
 
 Each metric is a :class:`MetricSpec` in :data:`HASHER_METRICS` or
 :data:`HTTP_METRICS`; the metric classes are built from those declarations,
-and :data:`METRIC_NAMES` (which the dashboards, rules and README are checked
+and :data:`METRIC_NAMES` (which the dashboards, rules and docs are checked
 against by the tests) is derived from them, so a metric cannot exist in one
 place and not the other.
 
@@ -105,7 +105,7 @@ class MetricSpec:
     labels: tuple[str, ...]
     options: dict[str, Any] = field(default_factory=dict)
 
-    def build(self, registry: CollectorRegistry, **overrides: Any) -> Any:
+    def build(self, registry: CollectorRegistry | None, **overrides: Any) -> Any:
         return self.type(self.name, self.documentation, self.labels, registry=registry, **{**self.options, **overrides})
 
 
@@ -254,9 +254,14 @@ def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir")  # noqa: SIM112
 
 
-@lru_cache(maxsize=512)
 def exception_label(error_type: type[BaseException]) -> str:
     """The closed-set label for an exception class (its nearest known base)."""
+    key: type = error_type  # mypy reads a BaseException class as unhashable (its __hash__ is an instance method)
+    return _label_of_class(key)
+
+
+@lru_cache(maxsize=512)
+def _label_of_class(error_type: type) -> str:
     for base in error_type.__mro__:
         label = _LABEL_OF_TYPE.get(base)
         if label is not None:

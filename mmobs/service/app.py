@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from PIL import Image
+from PIL import _imaging
 from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
@@ -438,10 +438,10 @@ def _data_url_bytes(url: str | bytes, max_bytes: int) -> bytes:
         parse_data_url(url[:300].decode("utf-8", "replace") + tail)
         raise AssertionError("parse_data_url accepted a data: URL without a comma")
     parse_data_url(url[: comma + 1].decode("utf-8", "surrogatepass"))
-    payload = url[comma + 1 :]
-    if not payload.isascii():  # what the text path says when it cannot encode the payload as ASCII
+    encoded = url[comma + 1 :]
+    if not encoded.isascii():  # what the text path says when it cannot encode the payload as ASCII
         raise BadImageError("bad_base64", "the base64 payload has non-ASCII characters")
-    return _decode_base64(payload, max_bytes)
+    return _decode_base64(encoded, max_bytes)
 
 
 def _multipart_missing() -> bool:
@@ -513,7 +513,7 @@ def create_app(config: ServiceConfig | None = None) -> Starlette:
         # Decoding in this process: reuse freed pixel blocks instead of faulting fresh
         # memory in for every image, 1.1-1.3x the images/s (docs/performance.md), at
         # most 8 blocks (<= 128 MiB) held.
-        Image.core.set_blocks_max(8)
+        _imaging.set_blocks_max(8)
     if config.log_format:
         configure_logging(config.log_format, config.log_level)  # type: ignore[arg-type]
     service = HashService(config)

@@ -230,7 +230,12 @@ class DecodePool:
             workers = list(self._workers)
             self._workers.clear()
         if self._loop is not None and workers:
-            await self._loop.run_in_executor(None, lambda: [worker.stop() for worker in workers])
+
+            def stop_all() -> None:
+                for worker in workers:
+                    worker.stop()
+
+            await self._loop.run_in_executor(None, stop_all)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
@@ -357,6 +362,7 @@ class InlineDecoder:
 
         def call() -> tuple[dict[str, Any], tuple[bytes, ...]]:
             started = time.thread_time()
+            out: tuple[bytes, ...]
             if kind == "key":
                 outcome, out = decode_worker.key_image(blobs[0], params, replayer.observer), ()
             elif kind == "keys":

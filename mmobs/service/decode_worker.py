@@ -28,9 +28,9 @@ import socket
 import sys
 import time
 import warnings
-from typing import Any
+from typing import Any, TextIO
 
-from PIL import Image
+from PIL import Image, _imaging
 
 from mmobs.errors import BadImageError
 from mmobs.events import (
@@ -217,7 +217,14 @@ def run_task(
     return outcome, out
 
 
-def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, *_: Any) -> None:
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
     if _relay is not None:
         _relay.warning(message, category, filename, lineno)
 
@@ -237,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("always")  # the service's filters decide what is shown
     warnings.showwarning = _show_warning
     Image.init()
-    Image.core.set_blocks_max(0)  # freed pixel blocks go back to the system: the limit is per task
+    _imaging.set_blocks_max(0)  # freed pixel blocks go back to the system: the limit is per task
     started = process_memory()
     try:
         send_message(sock, ("ready", {"pid": os.getpid(), **started}))

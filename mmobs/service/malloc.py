@@ -35,7 +35,7 @@ def return_large_buffers(threshold: int = 128 * 1024, arenas: int | None = None)
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    done = mallopt(_M_MMAP_THRESHOLD, threshold) == 1
+    done = bool(mallopt(_M_MMAP_THRESHOLD, threshold) == 1)
     if arenas is not None:
         mallopt(_M_ARENA_MAX, arenas)
     return done

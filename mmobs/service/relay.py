@@ -68,7 +68,7 @@ class ImageFacts:
     @classmethod
     def of(cls, image: Any) -> ImageFacts:
         try:
-            return cls(image.format, image.mode, tuple(image.size))  # type: ignore[arg-type]
+            return cls(image.format, image.mode, tuple(image.size))
         except Exception:  # noqa: BLE001 - a broken image object must not break reporting
             return cls(None, None, None)
 
@@ -88,7 +88,7 @@ class _RelayedOther(Exception):
 
 
 @functools.lru_cache(maxsize=64)
-def _stand_in_class(base: type[BaseException]) -> type[BaseException]:
+def _stand_in_class(base: type) -> type[BaseException]:
     def __init__(self: BaseException, text: str) -> None:
         BaseException.__init__(self, text)
         self._text = text  # type: ignore[attr-defined]
@@ -111,11 +111,13 @@ def _resolve(module: str, qualname: str) -> type[BaseException] | None:
 
 def relayed_error(classes: list[tuple[str, str]], text: str) -> BaseException:
     """An exception whose nearest built-in ancestor is the original's, with its message."""
+    base: type = _RelayedOther  # a plain type: mypy reads a BaseException class as unhashable
     for module, qualname in classes:
-        base = _resolve(module, qualname)
-        if base is not None and base not in (BaseException, Exception, object):
-            return _stand_in_class(base)(text)
-    return _stand_in_class(_RelayedOther)(text)
+        found = _resolve(module, qualname)
+        if found is not None and found not in (BaseException, Exception, object):
+            base = found
+            break
+    return _stand_in_class(base)(text)
 
 
 def is_memory_failure(error: BaseException) -> bool:
@@ -244,11 +246,11 @@ class Replayer:
             kind, (classes, text), key_source, facts, has_bytes = payload
             original = self.original_bytes if has_bytes else None
             error = relayed_error(classes, text)
-            observer.exif_fallback(ExifFallback(kind, error, key_source, facts, original))  # type: ignore[arg-type]
+            observer.exif_fallback(ExifFallback(kind, error, key_source, facts, original))
         elif name == "exif_transpose_failed":
             (classes, text), facts = payload
             error = relayed_error(classes, text)
-            observer.exif_transpose_failed(TransposeFailure(error, facts))  # type: ignore[arg-type]
+            observer.exif_transpose_failed(TransposeFailure(error, facts))
         elif name == "media_keyed":
             kind, key_source, item_digest, facts, io_config, with_bytes = payload
             observer.media_keyed(MediaKeyed(kind, key_source, self._media(facts, io_config, with_bytes), item_digest))

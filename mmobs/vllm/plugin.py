@@ -229,7 +229,7 @@ def _attribute(owner: Any, name: str) -> Any:
 
 
 def _function(owner: Any, name: str, parameters: int | None = None) -> Callable[..., Any]:
-    function = _attribute(owner, name)
+    function: Callable[..., Any] = _attribute(owner, name)
     if not callable(function) or inspect.isgeneratorfunction(function):
         raise ShapeMismatch(f"{name} is not a plain function")
     if parameters is not None:

@@ -71,10 +71,10 @@ def check_jpeg(data: bytes, limits: DecodeLimits, max_pixels: int | None) -> Non
                     "once per progressive scan; encoders write at most about 10)",
                     "re-encode it as a baseline or standard progressive JPEG",
                 )
-            found = _NEXT_MARKER.search(data, after)
-            if found is None:
+            next_marker = _NEXT_MARKER.search(data, after)
+            if next_marker is None:
                 return
-            pos = found.start()
+            pos = next_marker.start()
             continue
         segments += 1
         metadata_bytes += length

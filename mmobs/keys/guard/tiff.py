@@ -38,7 +38,8 @@ class _Layout:
         self.entry_size, self.count_format, self.offset_format = (20, "Q", "Q") if self.big else (12, "H", "L")
 
     def first_ifd(self, data: bytes) -> int:
-        return struct.unpack_from(self.endian + self.offset_format, data, 8 if self.big else 4)[0]
+        offset: int = struct.unpack_from(self.endian + self.offset_format, data, 8 if self.big else 4)[0]
+        return offset
 
 
 def check_tiff(data: bytes, limits: DecodeLimits, max_pixels: int | None) -> None:

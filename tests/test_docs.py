@@ -1,0 +1,105 @@
+"""The documentation against the code: the README stays a landing page, the reference pages stay true.
+
+Tables and lists that restate the code (metric names and labels, bad-image
+reasons, middleware options) are read from the Markdown and compared with the
+code's own declarations; every relative link, and every ``#anchor`` of one,
+must lead somewhere.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from mmobs import MMObsMiddleware
+from mmobs.errors import BAD_IMAGE_REASONS
+from mmobs.observability.metrics import HASHER_METRICS, HTTP_METRICS, METRIC_NAMES
+from tests.markdown import section
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = sorted([README, ROOT / "dashboards" / "README.md", *DOCS.rglob("*.md")])
+
+#: The README is the landing page; the reference lives in docs/.
+MAX_README_LINES = 200
+
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+_TICKED = re.compile(r"`([^`]+)`")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return {_slug(match) for match in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
+
+
+def test_the_readme_is_a_landing_page() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines; move reference text to docs/"
+
+
+def test_the_readme_gives_the_two_commands() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert "python3 -m pip install -e '.[serve]' && mmobs serve --port 8000" in text
+    assert "python3 -m pip install -q -e '.[test]' && python3 -m pytest" in text
+    assert (
+        (ROOT / ".ci" / "run")
+        .read_text()
+        .rstrip()
+        .endswith("python3 -m pip install -q -e '.[test]' && python3 -m pytest")
+    )
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_relative_links_lead_somewhere(page: Path) -> None:
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
+    broken = []
+    for target in _LINK.findall(text):
+        if re.match(r"[a-z]+:", target):
+            continue  # http(s), mailto: not checked here
+        path_part, _, anchor = target.partition("#")
+        destination = (page.parent / path_part).resolve() if path_part else page
+        if not destination.exists() or (
+            anchor and destination.is_file() and destination.suffix == ".md" and anchor not in _anchors(destination)
+        ):
+            broken.append(target)
+    assert broken == [], f"{page.relative_to(ROOT)}: broken links {broken}"
+
+
+def test_the_readme_names_every_metric() -> None:
+    listed = set(re.findall(r"`(mmobs_[a-z_]+)`", section(README.read_text(encoding="utf-8"), "## Metrics")))
+    assert listed == set(METRIC_NAMES), (
+        f"README lacks {sorted(set(METRIC_NAMES) - listed)}, names unknown {sorted(listed - set(METRIC_NAMES))}"
+    )
+
+
+def test_the_library_page_gives_every_metric_with_its_labels() -> None:
+    rows = re.findall(r"^\| `(mmobs_[a-z_]+)` \|([^|]*)\|", (DOCS / "library.md").read_text(), flags=re.MULTILINE)
+    documented = {name: tuple(_TICKED.findall(labels)) for name, labels in rows}
+    declared = {spec.name: spec.labels for spec in (*HASHER_METRICS, *HTTP_METRICS)}
+    assert documented == declared
+
+
+def test_the_library_page_lists_every_bad_image_reason() -> None:
+    text = (DOCS / "library.md").read_text(encoding="utf-8")
+    start = text.index("`mmobs.BAD_IMAGE_REASONS`:")
+    listed = re.findall(r"`([a-z0-9_]+)`", text[start : text.index(")", start)])
+    assert listed == list(BAD_IMAGE_REASONS)
+
+
+def test_the_middleware_page_lists_every_option() -> None:
+    options = section((DOCS / "middleware.md").read_text(encoding="utf-8"), "Options:")
+    listed = re.findall(r"^- `([a-z_]+)", options, flags=re.MULTILINE)
+    parameters = [
+        name for name in inspect.signature(MMObsMiddleware.__init__).parameters if name not in ("self", "app")
+    ]
+    assert sorted(listed) == sorted(parameters)
