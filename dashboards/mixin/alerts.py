@@ -62,6 +62,9 @@ def build(config: MixinConfig) -> list[Alert]:
     five_xx = query.select(metrics.HTTP_IMAGE_REQUESTS, metrics.STATUS_5XX)
     new_five_xx = query.aggregate("count", f"\n  {five_xx} > 0\n  unless\n  {five_xx} offset {config.rate_window}\n")
     selector = config.selector or "every job"
+    drift_requests = query.sum_rate(metrics.VLLM_CACHE_DRIFT_REQUESTS)
+    redrifts = query.sum_rate(metrics.VLLM_CACHE_REDRIFTS)
+    drifted_items = query.sum_rate(metrics.VLLM_CACHE_DRIFT_ITEMS)
     return [
         Alert(
             "MmobsExifFallbackRatioHigh",
@@ -123,6 +126,37 @@ def build(config: MixinConfig) -> list[Alert]:
             "the 5xx series of every known route at 0; the second clause catches the\n"
             "first 5xx of a route it could not know in advance (an app without a\n"
             "Starlette route table): that series is born at 1, which rate() cannot see.",
+        ),
+        Alert(
+            "MmobsVllmMmCacheDrift",
+            f"{drift_requests} > 0",
+            "15m",
+            "warning",
+            "The API-server and engine multimodal caches of vLLM keep disagreeing.",
+            "For 15 minutes requests to job {{ $labels.job }} have been failed by drift between vLLM's API-server "
+            "(P0) and engine (P1) multimodal processor caches ({{ $value | humanize }} requests/s, healed ones "
+            "included). Healed requests cost a second render; failed ones were answered 503 (or 500 with "
+            "MMOBS_VLLM_MM_CACHE_HEAL=0). Usually the processor cache is small for the items of one request or "
+            "of the requests in flight (--mm-processor-cache-gb).",
+            "any drift-failed request in every 5m window for 15m. One drift is\n"
+            "expected and self-healing (vLLM drops the hash, mmobs resubmits); drift that\n"
+            "never stops means the two caches evict differently all the time, and every\n"
+            "drift costs a render (healed) or a client retry (failed).",
+        ),
+        Alert(
+            "MmobsVllmMmCachePoisonedEntry",
+            f"{redrifts}\n> 0.5 * {drifted_items}\nand {on}\n{redrifts} > 0.01",
+            "10m",
+            "warning",
+            "The same vLLM multimodal cache entries drift again and again.",
+            "For 10 minutes more than half of the items that drifted in job {{ $labels.job }} had drifted before "
+            "(mmobs remembers the last 1024 drifted hashes; {{ $value | humanize }} re-drifts/s). The same entries "
+            "keep going missing from the engine's cache while the API server believes them cached: a poisoned "
+            "entry, or a working set the cache cannot hold. Find the hashes in the mm_cache_drift log events.",
+            "re-drifts > 50% of drifted items for 10m, above 0.01/s (3 per 5m).\n"
+            "Drift is spread over many hashes when caches merely evict differently; when\n"
+            "most drifted hashes drifted before, the same few entries fail again and\n"
+            "again. The floor keeps a single repeat on a quiet server from firing.",
         ),
         Alert(
             "MmobsMetricsAbsent",

@@ -118,6 +118,7 @@ def register() -> None:
             return
         try:
             plan = _plan()
+            plan += _cache_plan()
         except ShapeMismatch as error:
             _declined = True
             _log.warning(
@@ -208,6 +209,29 @@ def _plan() -> _Plan:
         if getattr(module, "normalize_image", None) is original_normalize:
             plan.append((module, "normalize_image", _normalize_image, False))
     return plan
+
+
+def _cache_plan() -> _Plan:
+    """The multimodal cache drift hooks (:mod:`mmobs.vllm.cache_hooks`), in the API server only.
+
+    They are planned apart: a vLLM whose cache path is shaped otherwise gets
+    one warning and no drift counting, and keeps the rest of the plugin.
+    """
+    from mmobs.vllm import cache_hooks
+
+    if not cache_hooks.api_server_process():
+        return []
+    try:
+        return cache_hooks.cache_plan()
+    except Exception as error:  # noqa: BLE001 - ShapeMismatch, or anything a foreign vLLM raises on import
+        _log.warning(
+            "mmobs: vLLM %s's multimodal processor cache is not shaped as mmobs expects (%s: %s); its cache drift "
+            "is neither counted nor healed, the rest of the plugin is loaded.",
+            _vllm_version(),
+            type(error).__name__,
+            error,
+        )
+        return []
 
 
 def _enabled(variable: str) -> bool:
