@@ -12,6 +12,9 @@ then ``--runs`` load runs of 6 clients x 72 chat completions of four 224x224 ima
 and one of 8 clients x 144 with every third request streamed. Reported: statuses, failures per
 run, mmobs's drift counters, and vLLM's own ``vllm:mm_cache_hits/queries`` per run.
 
+Part 3 (``--wrappers-only`` runs it alone, no server): the wrappers' own cost per call, each
+around a do-nothing stand-in of the vLLM function it wraps (timeit, best of 7).
+
 Part 2, the cost where nothing drifts (vLLM's default cache): a ``count only`` and a
 ``healing`` server side by side, sequential chat completions of one small image (half of
 them repeats, so hits and misses), alternating between the two servers request by request;
@@ -118,9 +121,11 @@ def load(server: VllmServer, clients: int, requests: int, seed: int, stream_ever
         return Counter(executor.map(send, range(requests)))
 
 
-def part_one(venv: Path, model: Path, directory: Path, runs: int) -> dict[str, Any]:
+def part_one(venv: Path, model: Path, directory: Path, runs: int, only: str | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for name, env in CONFIGS.items():
+        if only is not None and name != only:
+            continue
         server = VllmServer(venv, model, directory / name.replace(" ", "-"), args=[*MMOBS_FLAGS, *SMALL_CACHE], env=env)
         try:
             server.wait_until(lambda s=server: "warmup completed" in s.logs(), 60, "warm")
@@ -186,12 +191,97 @@ def part_two(venv: Path, model: Path, directory: Path, requests: int) -> dict[st
             server.stop()
 
 
+def part_three() -> dict[str, float]:
+    """Nanoseconds per call that each wrapper adds (what a drift-free request pays: per item, per output)."""
+    import asyncio
+    import timeit
+
+    from mmobs.vllm import cache_heal, cache_hooks
+    from mmobs.vllm.cache_attempt import Attempt, current_attempt
+    from mmobs.vllm.cache_drift import DriftBook
+    from mmobs.vllm.cache_metrics import CacheDriftMetrics
+
+    book = DriftBook(CacheDriftMetrics(registry=__import__("prometheus_client").CollectorRegistry()), logger=object())
+
+    class Cache:
+        entries = frozenset({"a"})
+
+        def is_cached_item(self, mm_hash: str) -> bool:
+            return mm_hash in self.entries
+
+    def update(self: Any, item: Any, mm_hash: str) -> Any:
+        return item
+
+    def lookup(self: Any, hashes: list[str]) -> list[bool]:
+        return [h in self.entries for h in hashes]
+
+    class Output:
+        mm_cache_miss_hashes = None
+        request_id = "r"
+
+    def process(self: Any, outputs: Any, *args: Any) -> Any:
+        return outputs
+
+    cache, outputs, processor = Cache(), [Output()] * 4, type("P", (), {"request_states": {}})()
+    wrapped_update = cache_hooks._get_and_update_item(update, book, None)
+    wrapped_lookup = cache_hooks._is_cached(lookup)
+    wrapped_process = cache_hooks._process_outputs(process, book, cache_hooks._LastEngine(), True)
+    current_attempt.set(Attempt())
+    cases = {
+        "get_and_update_item (new item, in a request)": (
+            lambda: update(cache, 1, "b"),
+            lambda: wrapped_update(cache, 1, "b"),
+        ),
+        "is_cached (4 hashes)": (lambda: lookup(cache, ["a"] * 4), lambda: wrapped_lookup(cache, ["a"] * 4)),
+        "process_outputs (4 outputs)": (
+            lambda: process(processor, outputs),
+            lambda: wrapped_process(processor, outputs),
+        ),
+    }
+    result = {}
+    for name, (plain, wrapped) in cases.items():
+        base = min(timeit.repeat(plain, number=20000, repeat=7)) / 20000
+        cost = min(timeit.repeat(wrapped, number=20000, repeat=7)) / 20000
+        result[name] = round((cost - base) * 1e9, 1)
+
+    async def outputs_of(*args: Any, **kwargs: Any) -> Any:
+        for index in range(64):
+            yield index
+
+    healing = cache_heal.healing_generate(outputs_of, book)
+
+    async def drain(make: Any) -> None:
+        async for _ in make():
+            pass
+
+    async def timed(make: Any) -> float:
+        started = time.perf_counter()
+        for _ in range(500):
+            await drain(make)
+        return (time.perf_counter() - started) / (500 * 64)
+
+    async def generate_cost() -> float:
+        plain = min([await timed(lambda: outputs_of(None, None, "r")) for _ in range(5)])
+        layered = min([await timed(lambda: healing(None, None, None, "r")) for _ in range(5)])
+        return (layered - plain) * 1e9
+
+    result["generate (per output)"] = round(asyncio.run(generate_cost()), 1)
+    print("wrappers, ns added per call", json.dumps(result, indent=1), flush=True)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="6x72 load runs per configuration (then one 8x144)")
     parser.add_argument("--requests", type=int, default=300, help="requests per server in part 2")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--wrappers-only", action="store_true", help="part 3 alone (no server)")
+    parser.add_argument("--failures-only", action="store_true", help="part 1 alone")
+    parser.add_argument("--config", choices=list(CONFIGS), help="part 1 for this configuration only")
     args = parser.parse_args(argv)
+    if args.wrappers_only:
+        part_three()
+        return 0
     venv = server_venv()
     if venv is None:
         print("no vLLM server environment (.ci/install-vllm-server builds it)", file=sys.stderr)
@@ -200,10 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mmobs-drift-bench-") as tmp:
         directory = Path(tmp)
         model = make_model(venv, directory / "model")
-        results = {
-            "failures": part_one(venv, model, directory, args.runs),
-            "hot path": part_two(venv, model, directory, args.requests),
-        }
+        results: dict[str, Any] = {"failures": part_one(venv, model, directory, args.runs, args.config)}
+        if not args.failures_only:
+            results["hot path"] = part_two(venv, model, directory, args.requests)
+            results["wrappers"] = part_three()
     print("uptime:", os.popen("uptime").read().strip(), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

@@ -46,12 +46,20 @@ class Attempt:
     drifts: int = 0
     #: A request is resubmitted once at most.
     resubmitted: bool = False
+    #: The resubmission sends every item with its data, whatever the sender cache believes.
+    resend: bool = False
     resolved: bool = False
 
     def restart(self) -> None:
-        """A resubmission starts with nothing inserted and nothing taken."""
+        """A resubmission starts with nothing inserted and nothing taken, and relies on no cached item.
+
+        Resubmitted by hash, an item could drift again (another request may
+        have changed either cache meanwhile, or the request's own items may
+        not fit together); with every item's data it cannot.
+        """
         self.inserted = []
         self.taken = False
+        self.resend = True
 
     def resolve(self, book: DriftBook, outcome: Literal["healed", "failed"]) -> None:
         """Count what became of a drift-failed request, once (several paths may see the end)."""

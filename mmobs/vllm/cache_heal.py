@@ -10,9 +10,9 @@ the plugin wraps four of vLLM's functions with these:
   cache itself broke (the item vLLM asserts on).
 * ``AsyncLLM.generate`` (:func:`healing_generate`): when the engine's first
   answer to a request is a drift failure, the request is rendered again
-  (its media loaded and keyed again; vLLM has already dropped the drifted
-  hashes from P0, so their data is sent this time) and resubmitted under the
-  same request id, before the client has seen anything, streamed or not.
+  (its media loaded and keyed again, and every item's data sent, whatever P0
+  believes: so the resubmission cannot drift) and resubmitted under the same
+  request id, before the client has seen anything, streamed or not.
 * ``GenerateBaseServing._raise_if_error`` (:func:`raise_if_drift`): a drift
   failure that could not be healed is raised as :class:`CacheDriftError`, a
   subclass of vLLM's ``RetryableRequestError`` (503), never the bare

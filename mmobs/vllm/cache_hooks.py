@@ -7,6 +7,8 @@ vLLM attribute                                      reports
 ==================================================  ==========================================
 ``LruKeyReplicatedSenderCache.get_and_update_item``  a sender-cache miss (vLLM's assertion);
                                                     with healing, what a request inserted
+``LruKeyReplicatedSenderCache.is_cached``           nothing: a resubmission finds nothing
+                                                    cached (healing only changes its answer)
 ``AsyncMPClient.get_output_async``                  nothing: remembers the engine index of the
                                                     outputs being processed
 ``OutputProcessor.process_outputs``                 every hash an engine output says drifted
@@ -86,6 +88,7 @@ def cache_plan(book: DriftBook | None = None, *, heal: bool | None = None) -> _P
     client = _attribute(client_module, "AsyncMPClient")
     output_processor = _attribute(_module(_OUTPUTS), "OutputProcessor")
     originals = {
+        "is_cached": _method(sender, "is_cached", 2),
         "get_and_update_item": _method(sender, "get_and_update_item", 3),
         "get_output_async": _method(client, "get_output_async", 1, coroutine=True),
         "process_outputs": _method(output_processor, "process_outputs"),
@@ -100,6 +103,7 @@ def cache_plan(book: DriftBook | None = None, *, heal: bool | None = None) -> _P
     error, heal_plan = _heal_plan(book) if heal else (None, [])
     engine = _LastEngine()
     plan: _Plan = [
+        (sender, "is_cached", _is_cached(originals["is_cached"]), False),
         (sender, "get_and_update_item", _get_and_update_item(originals["get_and_update_item"], book, error), False),
         (client, "get_output_async", _get_output_async(originals["get_output_async"], engine), False),
         (
@@ -189,6 +193,10 @@ def _get_and_update_item(
             return original(self, mm_item, mm_hash)
         if attempt is None:
             return original(self, mm_item, mm_hash)
+        if attempt.resend and self.is_cached_item(mm_hash):
+            # vLLM would send a cached item by hash even with its data at hand: drop the entry, so the data
+            # goes and P0 records it afresh, as P1 does on receiving it (P1 replaces what it holds).
+            self.invalidate(mm_hash)
         before = self.is_cached_item(mm_hash)
         result = original(self, mm_item, mm_hash)
         if not before and self.is_cached_item(mm_hash):
@@ -197,6 +205,19 @@ def _get_and_update_item(
         return result
 
     return get_and_update_item
+
+
+def _is_cached(original: Callable[..., list[bool]]) -> Callable[..., list[bool]]:
+    """P0's lookup of a request's items; for a resubmission, none is cached (every item is processed again)."""
+
+    @functools.wraps(original)
+    def is_cached(self: Any, mm_hashes: list[str]) -> list[bool]:
+        attempt = current_attempt.get()
+        if attempt is not None and attempt.resend:
+            return [False] * len(mm_hashes)
+        return original(self, mm_hashes)
+
+    return is_cached
 
 
 def _get_output_async(original: Callable[..., Any], engine: _LastEngine) -> Callable[..., Any]:
