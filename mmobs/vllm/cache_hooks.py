@@ -42,6 +42,9 @@ from mmobs.vllm.cache_heal import (
     raise_if_drift,
     retry_after_handler,
 )
+from mmobs.vllm.shape import ShapeMismatch, function
+from mmobs.vllm.shape import attribute as _attribute
+from mmobs.vllm.shape import module as _module
 
 __all__ = ["HEAL_ENV", "VLLM_DRIFT_MESSAGE", "api_server_process", "cache_plan", "healing_enabled"]
 
@@ -75,8 +78,6 @@ def api_server_process() -> bool:
 
 def cache_plan(book: DriftBook | None = None, *, heal: bool | None = None) -> _Plan:
     """The replacements, every target checked; raises ``ShapeMismatch`` (nothing replaced) when one is off."""
-    from mmobs.vllm.plugin import ShapeMismatch, _attribute, _module
-
     heal = healing_enabled() if heal is None else heal
     sender = _attribute(_module(_LRU), "LruKeyReplicatedSenderCache")
     for name in ("is_cached_item", "invalidate"):
@@ -119,8 +120,6 @@ def cache_plan(book: DriftBook | None = None, *, heal: bool | None = None) -> _P
 
 def _heal_plan(book: DriftBook) -> tuple[type[Exception], _Plan]:
     """The healing replacements, and the ``CacheDriftError`` class they raise (vLLM's 503 error, subclassed)."""
-    from mmobs.vllm.plugin import ShapeMismatch, _attribute, _module
-
     retryable = _attribute(_module(_EXCEPTIONS), "RetryableRequestError")
     if not (isinstance(retryable, type) and issubclass(retryable, Exception)):
         raise ShapeMismatch("vllm.exceptions.RetryableRequestError is not an exception class")
@@ -146,12 +145,10 @@ def _heal_plan(book: DriftBook) -> tuple[type[Exception], _Plan]:
 
 
 def _method(owner: Any, name: str, parameters: int | None = None, *, coroutine: bool = False) -> Callable[..., Any]:
-    from mmobs.vllm.plugin import ShapeMismatch, _function
-
-    function = _function(owner, name, parameters)
-    if coroutine and not inspect.iscoroutinefunction(function):
+    found = function(owner, name, parameters)
+    if coroutine and not inspect.iscoroutinefunction(found):
         raise ShapeMismatch(f"{name} is not a coroutine function")
-    return function
+    return found
 
 
 class _LastEngine:
