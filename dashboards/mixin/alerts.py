@@ -190,6 +190,9 @@ def build(config: MixinConfig, *, inline: bool = False) -> list[Alert]:
         "start-up, so either no mmobs replica is scraped or the exporter is broken; the EXIF fallback, drift and "
         "5xx alerts cannot fire meanwhile."
     )
+    drift_requests = query.sum_rate(metrics.VLLM_CACHE_DRIFT_REQUESTS)
+    redrifts = query.sum_rate(metrics.VLLM_CACHE_REDRIFTS)
+    drifted_items = query.sum_rate(metrics.VLLM_CACHE_DRIFT_ITEMS)
     return [
         Alert(
             "MmobsExifFallbackRatioHigh",
@@ -274,6 +277,49 @@ def build(config: MixinConfig, *, inline: bool = False) -> list[Alert]:
                 "Error",
                 SYMPTOM_STATES.format(what="server errors"),
                 ("mmobs-exif-fallbacks", "5xx on image requests (max over range)"),
+            ),
+        ),
+        Alert(
+            "MmobsVllmMmCacheDrift",
+            above(drift_requests, "0"),
+            "15m",
+            "warning",
+            "The API-server and engine multimodal caches of vLLM keep disagreeing.",
+            "For 15 minutes requests to job {{ $labels.job }} have been failed by drift between vLLM's API-server "
+            "(P0) and engine (P1) multimodal processor caches ({{ $value | humanize }} requests/s, healed ones "
+            "included). Healed requests cost a second render; failed ones were answered 503 (or 500 with "
+            "MMOBS_VLLM_MM_CACHE_HEAL=0). Usually the processor cache is small for the items of one request or "
+            "of the requests in flight (--mm-processor-cache-gb).",
+            "any drift-failed request in every 5m window for 15m. One drift is\n"
+            "expected and self-healing (vLLM drops the hash, mmobs resubmits); drift that\n"
+            "never stops means the two caches evict differently all the time, and every\n"
+            "drift costs a render (healed) or a client retry (failed).",
+            GrafanaChoices(
+                "OK",
+                "Error",
+                SYMPTOM_STATES.format(what="vLLM's cache drift"),
+                ("mmobs-cache-keys", "Requests failed by cache drift, by outcome"),
+            ),
+        ),
+        Alert(
+            "MmobsVllmMmCachePoisonedEntry",
+            gated(above(query.ratio(redrifts, drifted_items), "0.5"), on, redrifts, "0.01"),
+            "10m",
+            "warning",
+            "The same vLLM multimodal cache entries drift again and again.",
+            "For 10 minutes more than half of the items that drifted in job {{ $labels.job }} had drifted before "
+            "(now {{ $value | humanizePercentage }}; mmobs remembers the last 1024 drifted hashes). The same entries "
+            "keep going missing from the engine's cache while the API server believes them cached: a poisoned "
+            "entry, or a working set the cache cannot hold. Find the hashes in the mm_cache_drift log events.",
+            "re-drifts > 50% of drifted items for 10m, above 0.01/s (3 per 5m).\n"
+            "Drift is spread over many hashes when caches merely evict differently; when\n"
+            "most drifted hashes drifted before, the same few entries fail again and\n"
+            "again. The floor keeps a single repeat on a quiet server from firing.",
+            GrafanaChoices(
+                "OK",
+                "Error",
+                SYMPTOM_STATES.format(what="re-drifts"),
+                ("mmobs-cache-keys", "vLLM multimodal cache drift by model"),
             ),
         ),
         Alert(

@@ -53,6 +53,26 @@ MMOBS_METRICS: frozenset[str] = frozenset(
     }
 )
 
+# -- mmobs inside vLLM's API server (mmobs/vllm/cache_metrics.py) -------------------------
+#: Items the engine did not hold though the API server sent them by hash; items the API server's own
+#: sender cache lost within a request; drifted items whose hash drifted recently before; requests
+#: failed by drift, by outcome (healed, failed); items rolled back out of the sender cache.
+VLLM_CACHE_DRIFT_ITEMS = "mmobs_vllm_mm_cache_drift_items_total"
+VLLM_CACHE_SENDER_MISSES = "mmobs_vllm_mm_cache_sender_misses_total"
+VLLM_CACHE_REDRIFTS = "mmobs_vllm_mm_cache_redrifts_total"
+VLLM_CACHE_DRIFT_REQUESTS = "mmobs_vllm_mm_cache_drift_requests_total"
+VLLM_CACHE_ROLLED_BACK = "mmobs_vllm_mm_cache_rolled_back_items_total"
+
+VLLM_CACHE_DRIFT_METRICS: frozenset[str] = frozenset(
+    {
+        VLLM_CACHE_DRIFT_ITEMS,
+        VLLM_CACHE_SENDER_MISSES,
+        VLLM_CACHE_REDRIFTS,
+        VLLM_CACHE_DRIFT_REQUESTS,
+        VLLM_CACHE_ROLLED_BACK,
+    }
+)
+
 #: The metric the job/instance variables read their values from. Its children
 #: are created up front, so it exists from the first scrape of any mmobs process.
 VARIABLE_METRIC = MEDIA_KEYS

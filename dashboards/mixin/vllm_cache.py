@@ -71,6 +71,55 @@ def vllm_panels(query: QueryStyle) -> list[dict[str, Any]]:
     ]
 
 
+def per_model(query: QueryStyle, metric: str, *matchers: str, by: tuple[str, ...] = ()) -> str:
+    """Per-model rate of an mmobs counter of the API server: its instance's model from vLLM's own series.
+
+    mmobs's drift counters carry no model label (one vLLM server serves one model); joining on the
+    scrape target with vLLM's ``model_name`` puts them beside vLLM's panels, filtered alike.
+    """
+    keep = ", ".join(("job", "instance", *by))
+    models = f"group by (job, instance, model_name) ({query.rate(metrics.VLLM_MM_CACHE_QUERIES, MODEL_NAME)})"
+    inner = f"sum by ({keep}) ({query.rate(metric, *matchers)})"
+    return query.aggregate(
+        "sum", f"\n  {inner}\n  * on (job, instance) group_left (model_name)\n  {models}\n", ["model_name", *by]
+    )
+
+
+def drift_panels(query: QueryStyle) -> list[dict[str, Any]]:
+    """What drifted between vLLM's API-server (P0) and engine (P1) caches, per model (docs/vllm-cache-drift.md)."""
+    return [
+        timeseries(
+            "vLLM multimodal cache drift by model",
+            "Items per second, per model: sent by hash but missing from the engine's cache (engine), lost by the "
+            "API server's own sender cache within a request (sender), the same hashes drifting again (re-drift), "
+            "and items taken back out of the sender cache after a refused request (rolled back). Beside the hit "
+            "rate: drift means the two caches disagree; runbooks MmobsVllmMmCacheDrift and "
+            "MmobsVllmMmCachePoisonedEntry.",
+            "ops",
+            [
+                target(per_model(query, metrics.VLLM_CACHE_DRIFT_ITEMS), "A", "engine {{model_name}}"),
+                target(per_model(query, metrics.VLLM_CACHE_SENDER_MISSES), "B", "sender {{model_name}}"),
+                target(per_model(query, metrics.VLLM_CACHE_REDRIFTS), "C", "re-drift {{model_name}}"),
+                target(per_model(query, metrics.VLLM_CACHE_ROLLED_BACK), "D", "rolled back {{model_name}}"),
+            ],
+        ),
+        timeseries(
+            "Requests failed by cache drift, by outcome",
+            "Requests per second that cache drift failed, per model: healed (resubmitted once inside the server "
+            "with the items' data, answered 200) or failed (the client got a 503 with Retry-After, or vLLM's own "
+            "500 with MMOBS_VLLM_MM_CACHE_HEAL=0).",
+            "reqps",
+            [
+                target(
+                    per_model(query, metrics.VLLM_CACHE_DRIFT_REQUESTS, by=("outcome",)),
+                    legend="{{outcome}} {{model_name}}",
+                )
+            ],
+            stack=True,
+        ),
+    ]
+
+
 def mmobs_panels(query: QueryStyle) -> list[dict[str, Any]]:
     fallback_share = query.ratio(
         query.sum_rate(metrics.EXIF_FALLBACKS), query.sum_rate(metrics.MEDIA_KEYS, metrics.IMAGE_KINDS)
@@ -110,11 +159,13 @@ def mmobs_panels(query: QueryStyle) -> list[dict[str, Any]]:
 
 
 def lines(query: QueryStyle) -> list[GridLine]:
-    """The row header, vLLM's two panels, then mmobs's three."""
+    """The row header, vLLM's hit rate beside the drift panels, vLLM's lookups, then mmobs's three."""
     hit, lookups = vllm_panels(query)
+    drift, outcomes = drift_panels(query)
     fallback, sources, latency = mmobs_panels(query)
     return [
         [(row(TITLE), 24, 1)],
-        [(hit, 12, 8), (lookups, 12, 8)],
+        [(hit, 8, 8), (drift, 8, 8), (outcomes, 8, 8)],
+        [(lookups, 24, 8)],
         [(fallback, 8, 8), (sources, 8, 8), (latency, 8, 8)],
     ]

@@ -15,6 +15,11 @@ Environment switches (read when vLLM loads the plugin):
   with a 400, counted in ``mmobs_bad_images_total{reason="too_costly"}``.
 * ``MMOBS_VLLM_FAST_KEYS=1``: key plain PIL images through mmobs's zero-copy
   pixel path (the same keys, proven by the differential tests).
+* ``MMOBS_VLLM_MM_CACHE_HEAL=0``: only count vLLM's multimodal cache drift
+  (``mmobs_vllm_mm_cache_*``); by default mmobs also rolls back the sender cache
+  after a refused request, resubmits a drift-failed chat completion once and
+  answers what it cannot resubmit with a 503 (:mod:`mmobs.vllm.cache_heal`,
+  ``docs/vllm-cache-drift.md``).
 """
 
 from __future__ import annotations

@@ -38,7 +38,6 @@ from __future__ import annotations
 import binascii
 import contextvars
 import functools
-import importlib
 import inspect
 import logging
 import os
@@ -60,6 +59,10 @@ from mmobs.keys.hashing import IMAGE_ID_TAG
 from mmobs.keys.loader import bad_image_from_pillow, empty_image_error, report_bad_image
 from mmobs.keys.media import is_media_with_bytes
 from mmobs.observability.stdlib_events import log_events_to_stdlib
+from mmobs.vllm.shape import ShapeMismatch
+from mmobs.vllm.shape import attribute as _attribute
+from mmobs.vllm.shape import function as _function
+from mmobs.vllm.shape import module as _module
 
 __all__ = ["FAST_KEYS_ENV", "GUARD_ENV", "PLUGIN_ENV", "ShapeMismatch", "register", "registered", "unregister"]
 
@@ -79,10 +82,6 @@ _MEDIA_IMAGE = "vllm.multimodal.media.image"
 _CONNECTOR = "vllm.multimodal.media.connector"
 _RENDERERS = "vllm.renderers.base"
 _PROCESSOR = "vllm.multimodal.processing.processor"
-
-
-class ShapeMismatch(Exception):
-    """vLLM is not shaped as this plugin expects: do nothing, say so once."""
 
 
 @dataclass
@@ -118,6 +117,7 @@ def register() -> None:
             return
         try:
             plan = _plan()
+            plan += _cache_plan()
         except ShapeMismatch as error:
             _declined = True
             _log.warning(
@@ -210,36 +210,31 @@ def _plan() -> _Plan:
     return plan
 
 
+def _cache_plan() -> _Plan:
+    """The multimodal cache drift hooks (:mod:`mmobs.vllm.cache_hooks`), in the API server only.
+
+    They are planned apart: a vLLM whose cache path is shaped otherwise gets
+    one warning and no drift counting, and keeps the rest of the plugin.
+    """
+    from mmobs.vllm import cache_hooks
+
+    if not cache_hooks.api_server_process():
+        return []
+    try:
+        return cache_hooks.cache_plan()
+    except Exception as error:  # noqa: BLE001 - ShapeMismatch, or anything a foreign vLLM raises on import
+        _log.warning(
+            "mmobs: vLLM %s's multimodal processor cache is not shaped as mmobs expects (%s: %s); its cache drift "
+            "is neither counted nor healed, the rest of the plugin is loaded.",
+            _vllm_version(),
+            type(error).__name__,
+            error,
+        )
+        return []
+
+
 def _enabled(variable: str) -> bool:
     return os.environ.get(variable, "0").strip() == "1"
-
-
-def _module(name: str) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ImportError as error:
-        raise ShapeMismatch(f"cannot import {name}: {error}") from None
-
-
-def _attribute(owner: Any, name: str) -> Any:
-    value = getattr(owner, name, None)
-    if value is None:
-        raise ShapeMismatch(f"{getattr(owner, '__name__', owner)}.{name} is missing")
-    return value
-
-
-def _function(owner: Any, name: str, parameters: int | None = None) -> Callable[..., Any]:
-    function: Callable[..., Any] = _attribute(owner, name)
-    if not callable(function) or inspect.isgeneratorfunction(function):
-        raise ShapeMismatch(f"{name} is not a plain function")
-    if parameters is not None:
-        try:
-            count = len(inspect.signature(function).parameters)
-        except (TypeError, ValueError):
-            count = -1
-        if count != parameters:
-            raise ShapeMismatch(f"{name} takes {count} parameters, expected {parameters}")
-    return function
 
 
 def _classmethod(owner: type, name: str) -> Callable[..., Any]:
