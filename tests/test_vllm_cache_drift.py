@@ -26,6 +26,7 @@ import io
 import json
 import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -125,6 +126,28 @@ def counters(server: VllmServer) -> dict[Any, float]:
 
 def vllm_cache(server: VllmServer) -> dict[Any, float]:
     return {key: value for key, value in server.samples("vllm:mm_cache_").items() if "_created" not in key[0]}
+
+
+def settled_cache(server: VllmServer, timeout: float = 60.0) -> dict[Any, float]:
+    """vLLM's cache counters once the engine is idle: no request running or waiting, the same two reads apart.
+
+    A load test before may leave requests the engine is still finishing (their
+    clients gave up), whose cache queries would land in the next test's window.
+    """
+    deadline = time.monotonic() + timeout
+    previous = None
+    while time.monotonic() < deadline:
+        busy = sum(
+            value
+            for key, value in server.samples("vllm:num_requests_").items()
+            if key[0] != "vllm:num_requests_swapped"
+        )
+        current = vllm_cache(server)
+        if busy == 0 and current == previous:
+            return current
+        previous = current
+        time.sleep(0.5)
+    raise AssertionError(f"vLLM's engine did not settle within {timeout} s")
 
 
 def engine_misses(server: VllmServer) -> int:
@@ -313,11 +336,11 @@ def test_without_drift_vllms_cache_counts_are_the_same_with_and_without_healing(
     order = [0, 1, 0, 2, 3, 1, 4, 5, 0, 6, 6, 2, 1, 0, 5, 3]
     moved = {}
     for server in (healing_server, counting_server):
-        before, cache_before = counters(server), vllm_cache(server)
+        before, cache_before = counters(server), settled_cache(server)
         for index in order:
             assert post(server, body(server, [urls[index]])).status_code == 200
         assert delta(before, counters(server)) == {}
-        moved[server.extra_env.get("MMOBS_VLLM_MM_CACHE_HEAL", "1")] = delta(cache_before, vllm_cache(server))
+        moved[server.extra_env.get("MMOBS_VLLM_MM_CACHE_HEAL", "1")] = delta(cache_before, settled_cache(server))
     assert moved["1"] == moved["0"], moved
     hits = next(value for key, value in moved["1"].items() if key[0] == "vllm:mm_cache_hits_total")
     queries = next(value for key, value in moved["1"].items() if key[0] == "vllm:mm_cache_queries_total")
