@@ -255,6 +255,45 @@ def test_tiff_declaring_more_strips_than_rows_is_refused() -> None:
     assert error is not None and error.reason == "too_costly" and "needs 1" in error.message
 
 
+def _after_the_only_scan(extra: bytes) -> bytes:
+    """The baseline base JPEG (one interleaved scan) with ``extra`` between its scan's data and EOI."""
+    base = costly.base_image("JPEG")
+    ((_, scan_end),) = costly.jpeg_scans(base)
+    return base[:scan_end] + extra + base[scan_end:]
+
+
+def test_after_a_frames_only_scan_nothing_is_read_because_nothing_costs() -> None:
+    """The walk stops at the only scan of a single-scan frame (issue #22): libjpeg reads the rest in C.
+
+    So the entropy-coded data is never searched. What is past that point can
+    cost nothing: metadata segments and fill there are skipped by libjpeg in C
+    (the image decodes as fast as without them), and a second scan is refused by
+    libjpeg itself (Pillow's "broken data stream", ``corrupt``), never decoded.
+    """
+    base = costly.base_image("JPEG")
+    ((scan_start, scan_end),) = costly.jpeg_scans(base)
+    segments = _after_the_only_scan(costly.jpeg_segment(0xFFFE, b"") * 5000 + b"\xff" * 70_000)
+    assert refusal(segments) is None
+    loads(segments)
+    rescans = _after_the_only_scan(base[scan_start:scan_end] * 200)
+    assert refusal(rescans) is None
+    with pytest.raises(BadImageError) as info:
+        ImageMediaIO().load_bytes(rescans)
+    assert info.value.reason == "corrupt"
+
+
+def test_a_frame_that_can_have_more_scans_has_every_scan_counted() -> None:
+    """Progressive frames, and a first scan without every component, are walked to the end."""
+    assert refusal(costly.jpeg_repeated_scans((64, 64), 200)).reason == "too_costly"  # type: ignore[union-attr]
+    base = costly.base_image("JPEG")
+    ((scan_start, scan_end),) = costly.jpeg_scans(base)
+    one_component = bytearray(base)
+    one_component[scan_start + 4] = 1  # Ns: the first scan claims one of the frame's three components
+    data = bytes(one_component[:scan_end]) + base[scan_start:scan_end] * 200 + base[scan_end:]
+    error = refusal(data)
+    assert error is not None and "scans" in str(error)
+
+
 # =============================================================================
 # Normal images pass: every default format, as cameras, phones and screenshots write them
 # =============================================================================
