@@ -18,6 +18,9 @@ from PIL import Image
 
 import mmobs.keys.pixels
 
+#: Issue #22: mmobs / blake3 alone over the same stream (RGB is repacked; the others are read in place).
+TARGETS = {"RGB": 1.3, "other": 1.05}
+
 
 def run(cfg: Config, out: harness.Report) -> None:
     out("## 1. Pixel-path keys (plain PIL images)")
@@ -67,7 +70,7 @@ def run(cfg: Config, out: harness.Report) -> None:
                     harness.fmt_ratio(ratio, stats["mmobs"].spread),
                     harness.fmt_ratio(stats["mmobs + default instr."].ratio),
                     harness.fmt_ratio(stats["np.asarray (naive)"].ratio),
-                    (harness.verdict(ratio <= 1.3) if mode == "RGB" else "-"),
+                    harness.verdict(ratio <= TARGETS.get(mode, TARGETS["other"])),
                 ]
             )
             peak = harness.peak_extra_bytes(keyer(image))
@@ -94,7 +97,7 @@ def run(cfg: Config, out: harness.Report) -> None:
                 "mmobs / blake3",
                 "+ default instr.",
                 "np.asarray / blake3",
-                "target RGB <= 1.3x",
+                f"target RGB <= {TARGETS['RGB']}x, others <= {TARGETS['other']}x",
             ],
             rows,
         )
