@@ -53,6 +53,7 @@ import _harness as H  # noqa: E402
 import _servers as S  # noqa: E402
 
 from mmobs import ImageMediaIO, MultiModalHasher, key_for_bytes  # noqa: E402
+from scripts.corpus.costly import png_rechunked  # noqa: E402
 
 SIZES_MB = (0.3, 2.0, 8.0)
 FORMATS = ("JPEG", "PNG")
@@ -109,31 +110,6 @@ def png_of(megabytes: float, seed: int) -> bytes:
     return data
 
 
-def libpng_chunked(png: bytes, size: int = 8192) -> bytes:
-    """The same PNG with its image data in ``size``-byte IDAT chunks, as libpng writes them."""
-    import struct
-    import zlib
-
-    position, head, data = 8, b"", b""
-    while position + 8 <= len(png):
-        length, kind = struct.unpack_from(">I4s", png, position)
-        if kind == b"IDAT":
-            data += png[position + 8 : position + 8 + length]
-        elif kind != b"IEND":
-            head += png[position : position + 12 + length]
-        position += 12 + length
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    return (
-        png[:8]
-        + head
-        + b"".join(chunk(b"IDAT", data[at : at + size]) for at in range(0, len(data), size))
-        + chunk(b"IEND", b"")
-    )
-
-
 def inputs(quick: bool) -> dict[tuple[str, float], bytes]:
     """The inputs, each the first (by seed) that the drift tracker does not sample.
 
@@ -157,7 +133,7 @@ def inputs(quick: bool) -> dict[tuple[str, float], bytes]:
                 data = make(megabytes, seed)
             made[(fmt, megabytes)] = data
     if ("PNG", 8.0) in made:
-        made[("PNG-8K", 8.0)] = libpng_chunked(made[("PNG", 8.0)])
+        made[("PNG-8K", 8.0)] = png_rechunked(made[("PNG", 8.0)])
     return made
 
 

@@ -294,6 +294,38 @@ def test_a_frame_that_can_have_more_scans_has_every_scan_counted() -> None:
     assert error is not None and "scans" in str(error)
 
 
+def _chunk_count(png: bytes) -> int:
+    """Chunks whose data is all there, counted one by one."""
+    position, count = 8, 0
+    while position + 8 <= len(png):
+        length = struct.unpack_from(">I", png, position)[0]
+        if position + 8 + length > len(png):
+            break
+        position += 12 + length
+        count += 1
+    return count
+
+
+def test_a_run_of_image_data_chunks_counts_every_chunk() -> None:
+    """Runs of IDAT chunks of one size are checked at once (issue #22), and still counted one by one."""
+    png = costly.png_rechunked(encode(photo((320, 240)), "PNG"), 512)
+    chunks = _chunk_count(png)
+    assert chunks > 100
+    assert refusal(png, DecodeLimits(max_chunks=chunks)) is None
+    assert refusal(png, DecodeLimits(max_chunks=chunks - 1)).reason == "too_costly"  # type: ignore[union-attr]
+    # A metadata chunk in the middle of a run ends it: it is still seen and counted.
+    middle = png.index(b"IDAT", len(png) // 2) - 4
+    text = costly.png_chunk(b"tEXt", b"k\0v")
+    assert refusal(png[:middle] + text + png[middle:], DecodeLimits(max_metadata_segments=1)) is None
+    with_two = png[:middle] + text * 2 + png[middle:]
+    assert refusal(with_two, DecodeLimits(max_metadata_segments=1)).reason == "too_costly"  # type: ignore[union-attr]
+    # Cut inside the run: the chunks before the cut are counted, the cut one left to Pillow (truncated).
+    cut = png[: len(png) // 2 + 100]
+    whole = _chunk_count(cut)
+    assert refusal(cut, DecodeLimits(max_chunks=whole)) is None
+    assert refusal(cut, DecodeLimits(max_chunks=whole - 1)).reason == "too_costly"  # type: ignore[union-attr]
+
+
 # =============================================================================
 # Normal images pass: every default format, as cameras, phones and screenshots write them
 # =============================================================================

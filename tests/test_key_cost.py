@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import io
 import statistics
-import struct
 import time
-import zlib
 from collections.abc import Callable
 
 import numpy as np
@@ -25,6 +23,7 @@ from blake3 import blake3
 from PIL import Image
 
 from mmobs import MultiModalHasher, key_for_bytes
+from scripts.corpus import costly
 
 pytestmark = pytest.mark.usefixtures("silent_observer")  # the drift tracker would add a digest pass to a sample
 
@@ -52,25 +51,6 @@ def _encoded(image: Image.Image, fmt: str, **params: object) -> bytes:
     return buffer.getvalue()
 
 
-def _rechunked(png: bytes, size: int) -> bytes:
-    """The same PNG with its image data in ``size``-byte IDAT chunks (libpng writes 8 KiB ones)."""
-    position, head, data = 8, b"", b""
-    while position + 8 <= len(png):
-        length, kind = struct.unpack_from(">I4s", png, position)
-        chunk = png[position : position + 12 + length]
-        if kind == b"IDAT":
-            data += chunk[8:-4]
-        elif kind != b"IEND":
-            head += chunk
-        position += 12 + length
-
-    def chunk_of(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    idat = b"".join(chunk_of(b"IDAT", data[at : at + size]) for at in range(0, len(data), size))
-    return png[:8] + head + idat + chunk_of(b"IEND", b"")
-
-
 def paired_ratio(path: Callable[[], object], floor: Callable[[], object]) -> float:
     """The median over :data:`PAIRS` of (CPU time of ``path``) / (CPU time of ``floor``), run back to back."""
     path(), floor()  # lazy imports, caches, first-use allocations
@@ -91,7 +71,7 @@ def paired_ratio(path: Callable[[], object], floor: Callable[[], object]) -> flo
     [
         pytest.param(lambda: _encoded(_noise((2000, 1500), 1), "JPEG", quality=90), NO_DECODE_BOUND, id="jpeg-3MB"),
         pytest.param(
-            lambda: _rechunked(_encoded(_noise((1400, 1000), 3), "PNG", compress_level=1), 8192),
+            lambda: costly.png_rechunked(_encoded(_noise((1400, 1000), 3), "PNG", compress_level=1), 8192),
             NO_DECODE_BOUND,
             id="png-8KiB-chunks-4MB",
         ),
