@@ -30,6 +30,8 @@ from _common import HERE, Config, asgi_scope
 BATCH = 200
 TARGET_ADDED_US = 10.0
 TARGET_HTTP_RATIO = 0.95
+#: Issue #22: through uvicorn, mmobs ahead of this lightest peer beyond the noise of the run.
+PEER = "correlation_id"
 
 
 def _available() -> tuple[dict[str, Any], list[str]]:
@@ -174,13 +176,13 @@ def _breakdown(cfg: Config, out: harness.Report) -> None:
         series.finish(2, 0.0004, 0.0003, 0, 15, False, False, "0" * 32)
 
     cases = {
-        "request id (os.urandom(16).hex()) and body size, from the headers": lambda: middleware._read_headers(scope),
+        "request id (128 random bits, hex) and body size, from the headers": lambda: middleware._read_headers(scope),
         "route template and series (cached by method and path)": lambda: (
             middleware._targets.get((scope["method"], scope["path"])) or middleware._target(scope)
         ),
         "RequestStats and structlog's request_id/route, set and reset": context,
         "response header appended to the raw list": header,
-        "metrics: start + finish (one lock; flushed on scrape)": metrics,
+        "metrics: start (lock-free) + finish (one lock; flushed on scrape)": metrics,
     }
     stats = harness.compare(
         cases, baseline="response header appended to the raw list", rounds=cfg.rounds, clock=time.process_time
@@ -244,6 +246,7 @@ def _over_http(cfg: Config, out: harness.Report, factories: dict[str, Any]) -> N
                 else "-",
             ]
         )
+    ahead = _against_peer(runs) if PEER in runs and "mmobs" in runs else None
     out(
         f"One uvicorn process per app (1 worker, asyncio loop, h11 unless httptools is installed, access log "
         f"off), all on 127.0.0.1; `wrk -t1 -c{connections} -d{cfg.http_seconds:g}s` against `GET /ping`, "
@@ -271,3 +274,26 @@ def _over_http(cfg: Config, out: harness.Report, factories: dict[str, Any]) -> N
         )
     )
     out()
+    if ahead is not None:
+        out(
+            f"mmobs against {PEER} (issue #22: ahead beyond the noise of the run), paired by round: the median "
+            "of the per-round ratios, with their quartiles; ahead beyond the noise means the lower quartile is "
+            "above 1 for both."
+        )
+        out()
+        out(harness.table(["measure", "mmobs / peer (median)", "quartiles", "target: ahead beyond noise"], ahead))
+        out()
+
+
+def _against_peer(runs: dict[str, list[tuple[Any, float]]]) -> list[list[str]]:
+    """Rows of mmobs / peer requests/s and peer / mmobs CPU per request, paired by round, with verdicts."""
+    pairs = list(zip(runs["mmobs"], runs[PEER]))
+    measures = {
+        "requests/s (mmobs / peer)": [m.requests_per_second / p.requests_per_second for (m, _), (p, _) in pairs],
+        "server CPU per request (peer / mmobs)": [p_cpu / m_cpu for (_, m_cpu), (_, p_cpu) in pairs],
+    }
+    rows = []
+    for name, ratios in measures.items():
+        low, _, high = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else (ratios[0], 0.0, ratios[0])
+        rows.append([name, f"{statistics.median(ratios):.3f}x", f"{low:.3f} - {high:.3f}", harness.verdict(low > 1)])
+    return rows

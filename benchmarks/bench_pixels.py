@@ -7,6 +7,7 @@ tracemalloc peaks, and the streamed path by chunk size.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import _harness as harness
@@ -18,6 +19,9 @@ from PIL import Image
 
 import mmobs.keys.pixels
 
+#: Issue #22: mmobs / blake3 alone over the same stream (RGB is repacked; the others are read in place).
+TARGETS = {"RGB": 1.3, "other": 1.05}
+
 
 def run(cfg: Config, out: harness.Report) -> None:
     out("## 1. Pixel-path keys (plain PIL images)")
@@ -27,7 +31,8 @@ def run(cfg: Config, out: harness.Report) -> None:
         '(built once with `b"".join(iter_item_to_bytes("image", img))`), and against the '
         'straightforward key (`naive.py`: `{"mode", "data": np.asarray(img)}` (+palette) '
         "framed per design.md). Every key was checked equal to blake3 over the stream and to the "
-        f"naive key. Times are medians of {cfg.rounds} interleaved rounds; ratios are medians of "
+        f"naive key. Times are medians of {cfg.rounds} interleaved rounds, in CPU time (`time.process_time`); "
+        "ratios are medians of "
         "per-round ratios to blake3 alone (± half the interquartile range). "
         "Peak = tracemalloc peak above the live memory before the call (Python allocations: "
         "bytes chunks and NumPy arrays)."
@@ -54,7 +59,7 @@ def run(cfg: Config, out: harness.Report) -> None:
                 "mmobs + default instr.": keyer(image, default=True),
                 "np.asarray (naive)": naive_key,
             }
-            stats = harness.compare(cases, baseline="blake3 alone", rounds=cfg.rounds)
+            stats = harness.compare(cases, baseline="blake3 alone", rounds=cfg.rounds, clock=time.process_time)
             ratio = stats["mmobs"].ratio
             rows.append(
                 [
@@ -67,7 +72,7 @@ def run(cfg: Config, out: harness.Report) -> None:
                     harness.fmt_ratio(ratio, stats["mmobs"].spread),
                     harness.fmt_ratio(stats["mmobs + default instr."].ratio),
                     harness.fmt_ratio(stats["np.asarray (naive)"].ratio),
-                    (harness.verdict(ratio <= 1.3) if mode == "RGB" else "-"),
+                    harness.verdict(ratio <= TARGETS.get(mode, TARGETS["other"])),
                 ]
             )
             peak = harness.peak_extra_bytes(keyer(image))
@@ -94,7 +99,7 @@ def run(cfg: Config, out: harness.Report) -> None:
                 "mmobs / blake3",
                 "+ default instr.",
                 "np.asarray / blake3",
-                "target RGB <= 1.3x",
+                f"target RGB <= {TARGETS['RGB']}x, others <= {TARGETS['other']}x",
             ],
             rows,
         )
@@ -170,7 +175,7 @@ def _chunk_sweep(cfg: Config, out: harness.Report) -> None:
             "pack only": pack_only(image),
             **{str(size): fn for size, fn in keys.items()},
         }
-        stats = harness.compare(cases, baseline="blake3 alone", rounds=cfg.rounds)
+        stats = harness.compare(cases, baseline="blake3 alone", rounds=cfg.rounds, clock=time.process_time)
         rows.append(
             [
                 mode,

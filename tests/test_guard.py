@@ -255,6 +255,77 @@ def test_tiff_declaring_more_strips_than_rows_is_refused() -> None:
     assert error is not None and error.reason == "too_costly" and "needs 1" in error.message
 
 
+def _after_the_only_scan(extra: bytes) -> bytes:
+    """The baseline base JPEG (one interleaved scan) with ``extra`` between its scan's data and EOI."""
+    base = costly.base_image("JPEG")
+    ((_, scan_end),) = costly.jpeg_scans(base)
+    return base[:scan_end] + extra + base[scan_end:]
+
+
+def test_after_a_frames_only_scan_nothing_is_read_because_nothing_costs() -> None:
+    """The walk stops at the only scan of a single-scan frame (issue #22): libjpeg reads the rest in C.
+
+    So the entropy-coded data is never searched. What is past that point can
+    cost nothing: metadata segments and fill there are skipped by libjpeg in C
+    (the image decodes as fast as without them), and a second scan is refused by
+    libjpeg itself (Pillow's "broken data stream", ``corrupt``), never decoded.
+    """
+    base = costly.base_image("JPEG")
+    ((scan_start, scan_end),) = costly.jpeg_scans(base)
+    segments = _after_the_only_scan(costly.jpeg_segment(0xFFFE, b"") * 5000 + b"\xff" * 70_000)
+    assert refusal(segments) is None
+    loads(segments)
+    rescans = _after_the_only_scan(base[scan_start:scan_end] * 200)
+    assert refusal(rescans) is None
+    with pytest.raises(BadImageError) as info:
+        ImageMediaIO().load_bytes(rescans)
+    assert info.value.reason == "corrupt"
+
+
+def test_a_frame_that_can_have_more_scans_has_every_scan_counted() -> None:
+    """Progressive frames, and a first scan without every component, are walked to the end."""
+    assert refusal(costly.jpeg_repeated_scans((64, 64), 200)).reason == "too_costly"  # type: ignore[union-attr]
+    base = costly.base_image("JPEG")
+    ((scan_start, scan_end),) = costly.jpeg_scans(base)
+    one_component = bytearray(base)
+    one_component[scan_start + 4] = 1  # Ns: the first scan claims one of the frame's three components
+    data = bytes(one_component[:scan_end]) + base[scan_start:scan_end] * 200 + base[scan_end:]
+    error = refusal(data)
+    assert error is not None and "scans" in str(error)
+
+
+def _chunk_count(png: bytes) -> int:
+    """Chunks whose data is all there, counted one by one."""
+    position, count = 8, 0
+    while position + 8 <= len(png):
+        length = struct.unpack_from(">I", png, position)[0]
+        if position + 8 + length > len(png):
+            break
+        position += 12 + length
+        count += 1
+    return count
+
+
+def test_a_run_of_image_data_chunks_counts_every_chunk() -> None:
+    """Runs of IDAT chunks of one size are checked at once (issue #22), and still counted one by one."""
+    png = costly.png_rechunked(encode(photo((320, 240)), "PNG"), 512)
+    chunks = _chunk_count(png)
+    assert chunks > 100
+    assert refusal(png, DecodeLimits(max_chunks=chunks)) is None
+    assert refusal(png, DecodeLimits(max_chunks=chunks - 1)).reason == "too_costly"  # type: ignore[union-attr]
+    # A metadata chunk in the middle of a run ends it: it is still seen and counted.
+    middle = png.index(b"IDAT", len(png) // 2) - 4
+    text = costly.png_chunk(b"tEXt", b"k\0v")
+    assert refusal(png[:middle] + text + png[middle:], DecodeLimits(max_metadata_segments=1)) is None
+    with_two = png[:middle] + text * 2 + png[middle:]
+    assert refusal(with_two, DecodeLimits(max_metadata_segments=1)).reason == "too_costly"  # type: ignore[union-attr]
+    # Cut inside the run: the chunks before the cut are counted, the cut one left to Pillow (truncated).
+    cut = png[: len(png) // 2 + 100]
+    whole = _chunk_count(cut)
+    assert refusal(cut, DecodeLimits(max_chunks=whole)) is None
+    assert refusal(cut, DecodeLimits(max_chunks=whole - 1)).reason == "too_costly"  # type: ignore[union-attr]
+
+
 # =============================================================================
 # Normal images pass: every default format, as cameras, phones and screenshots write them
 # =============================================================================

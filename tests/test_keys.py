@@ -30,6 +30,7 @@ from mmobs.keys.from_bytes import HEADER_FORMATS, key_for_bytes, key_image
 from mmobs.keys.loader import ImageMediaIO
 from mmobs.observability.drift import DriftTracker
 from mmobs.observability.instrument import Instrumentation
+from scripts.corpus import costly
 from tests import golden, images
 from tests.support import ServiceProcess, data_url, metric_value
 
@@ -58,9 +59,14 @@ def encode(image: Image.Image, fmt: str, **params: Any) -> bytes:
     return buffer.getvalue()
 
 
-def late_trns_png() -> bytes:
-    """An RGB PNG whose tRNS chunk comes after IDAT (Pillow applies it while decoding)."""
-    data = images.png_bytes("RGB", (9, 7))
+def late_trns_png(idat_size: int | None = None) -> bytes:
+    """An RGB PNG whose tRNS chunk comes after IDAT (Pillow applies it while decoding).
+
+    ``idat_size`` splits its image data into chunks of that size first (a run the walk skips at once).
+    """
+    data = images.png_bytes("RGB", (9, 7) if idat_size is None else (64, 48))
+    if idat_size is not None:
+        data = costly.png_rechunked(data, idat_size)
     end = data.rfind(b"IEND") - 4
     return data[:end] + images.png_chunk(b"tRNS", b"\0\1\0\2\0\3") + data[end:]
 
@@ -155,6 +161,7 @@ def test_verify_decode_decodes_and_refuses_what_the_loader_refuses() -> None:
     ("name", "data", "options", "because"),
     [
         ("late tRNS", late_trns_png(), {"image_mode": "RGB"}, "tRNS chunk after the image data"),
+        ("late tRNS, run", late_trns_png(idat_size=64), {"image_mode": "RGB"}, "tRNS chunk after the image data"),
         ("ICO", encode(images.noisy_image("RGBA", (16, 16)), "ICO"), {"formats": None}, "format ICO"),
         ("no conversion", encode(images.noisy_image("P", (8, 8)), "PNG"), {"image_mode": "I;16"}, "cannot convert"),
     ],

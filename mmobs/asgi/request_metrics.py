@@ -24,6 +24,7 @@ gets the multiprocess-style writes, which need only the public methods.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from bisect import bisect_left
@@ -129,8 +130,11 @@ class _DeferredSeries(RouteSeries):
 
     Layout of ``cells``: request counts by status class (1..5), image-request
     counts by status class (6..10), fallback requests (11), requests started
-    (12), requests finished (13), then for each histogram its bucket counts
-    and its sum.
+    (12, filled in by :meth:`flush`), requests finished (13), then for each
+    histogram its bucket counts and its sum.
+
+    A start takes no lock: it advances an ``itertools.count`` (one C call,
+    atomic), which :meth:`flush` reads by advancing it once more itself.
     """
 
     _REQUESTS, _IMAGES, _FALLBACKS, _STARTED, _FINISHED, _FIRST_HISTOGRAM = 0, 5, 11, 12, 13, 14
@@ -146,14 +150,15 @@ class _DeferredSeries(RouteSeries):
             at += len(bounds) + 1  # the buckets, then the sum
         self._offsets = offsets
         self._lock = threading.Lock()
+        self._starts = itertools.count()
+        self._flushes = 0  # the values :meth:`flush` took from ``_starts`` itself
         self._cells: list[float] = [0] * at
         self._flushed: list[float] = [0] * at
         #: Exemplars waiting for the flush: status class (0 for the fallback counter) -> (request id, time).
         self._exemplars: dict[int, tuple[str, float]] = {}
 
     def start(self) -> None:
-        with self._lock:
-            self._cells[12] += 1
+        next(self._starts)
 
     def finish(
         self,
@@ -167,7 +172,7 @@ class _DeferredSeries(RouteSeries):
         request_id: str,
     ) -> None:
         (d_bounds, t_bounds, q_bounds, r_bounds), (d, t, q, r) = self._bounds, self._offsets
-        now = time.monotonic()
+        now = time.monotonic() if self.exemplars else 0.0
         with self._lock:
             cells = self._cells
             cells[status_class - 1] += 1
@@ -195,6 +200,9 @@ class _DeferredSeries(RouteSeries):
         with self._lock:
             cells = self._cells[:]
             exemplars, self._exemplars = self._exemplars, {}
+        # Read after the finishes: every request counted finished has been counted started.
+        self._flushes += 1
+        cells[12] = next(self._starts) - (self._flushes - 1)
         flushed = self._flushed
         for status_class in range(1, 6):
             delta = cells[status_class - 1] - flushed[status_class - 1]

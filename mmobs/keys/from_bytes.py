@@ -79,6 +79,7 @@ from PIL import Image, ImageFile
 
 from mmobs.errors import BadImageError, InvalidOptionError
 from mmobs.events import KeyPath, get_observer
+from mmobs.keys.guard.png import idat_run
 from mmobs.keys.hashing import ALGORITHMS, EncodedImage, MultiModalHasher, new_digest
 from mmobs.keys.loader import ImageMediaIO, has_transparency, report_bad_image
 
@@ -207,7 +208,8 @@ def _png_late_transparency(data: bytes) -> str | None:
     """A tRNS chunk after the first image-data chunk, which Pillow applies while decoding.
 
     Walks the chunk headers by their lengths (the pixel data is skipped, not
-    read), as Pillow's reader does after IDAT; it stops where Pillow stops
+    read; a run of IDAT chunks of one size at once, :func:`~mmobs.keys.guard.png.idat_run`),
+    as Pillow's reader does after IDAT; it stops where Pillow stops
     (IEND, or the end of the bytes). Any tRNS seen past the image data is a
     doubt, whether or not Pillow would accept that chunk.
     """
@@ -218,6 +220,8 @@ def _png_late_transparency(data: bytes) -> str | None:
             break
         if kind in _IMAGE_DATA_CHUNKS:
             in_data = True
+            run = idat_run(data, position) if kind == b"IDAT" else 0
+            position += max(run - 1, 0) * (12 + length)  # a run of image data chunks of one size, at once
         elif in_data and kind == b"tRNS":
             return "a PNG tRNS chunk after the image data: Pillow adds the transparency while decoding"
         position += 12 + length

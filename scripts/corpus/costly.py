@@ -160,6 +160,20 @@ def png_with_chunks(chunks: bytes, base: bytes | None = None, *, after_idat: boo
     return base[:_IHDR_END] + chunks + base[_IHDR_END:]
 
 
+def png_rechunked(png: bytes, size: int = 8192) -> bytes:
+    """The same PNG with its image data in ``size``-byte IDAT chunks (libpng writes 8 KiB, Pillow 64 KiB)."""
+    position, head, data = 8, b"", b""
+    while position + 8 <= len(png):
+        length, kind = struct.unpack_from(">I4s", png, position)
+        if kind == b"IDAT":
+            data += png[position + 8 : position + 8 + length]
+        elif kind != b"IEND":
+            head += png[position : position + 12 + length]
+        position += 12 + length
+    idat = b"".join(png_chunk(b"IDAT", data[at : at + size]) for at in range(0, len(data), size))
+    return png[:8] + head + idat + png_chunk(b"IEND", b"")
+
+
 def _repeat_chunk(chunk: bytes, total: int) -> bytes:
     return chunk * max(1, total // len(chunk))
 
