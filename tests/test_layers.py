@@ -83,9 +83,18 @@ def _imports(name: str, path: Path) -> set[str]:
 GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
 
 
+def _prefix(module: str) -> str:
+    return max((prefix for prefix in LAYER_OF if module == prefix or module.startswith(prefix + ".")), key=len)
+
+
 def _layer(module: str) -> str:
-    prefix = max((prefix for prefix in LAYER_OF if module == prefix or module.startswith(prefix + ".")), key=len)
-    return LAYER_OF[prefix]
+    return LAYER_OF[_prefix(module)]
+
+
+def test_every_module_is_placed_in_a_layer() -> None:
+    """A new module directly in mmobs/ must be given its layer here, not fall into "top" by default."""
+    unplaced = sorted(module for module in MODULES if module != "mmobs" and _prefix(module) == "mmobs")
+    assert unplaced == []
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
