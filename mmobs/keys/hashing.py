@@ -336,24 +336,32 @@ def _read_image_id(
 
 
 def _one_media_with_bytes(digest: _Digest, observer: HashObserver, kwargs: dict[str, object]) -> int | None:
-    """``hash_kwargs`` of one loaded image with its bytes (what a server keys), without the writer.
+    """``hash_kwargs`` of one image known by its bytes (what a server or router keys), without the writer.
 
-    The same stream, the same reports in the same order as :class:`_Writer`
-    (ImageID read, ``wants_item_digest``, ``media_keyed``), fed as
-    :class:`~mmobs.keys.framing.DigestSink` feeds it (the framing joined with the
-    first bytes up to blake3's grid, then the rest). The writer's walk (a call
-    per nesting level, a type check per branch) cost a few microseconds a key. Returns the bytes fed, or ``None`` when the value is anything else
+    One loaded image with its bytes, or one :class:`EncodedImage` (the
+    no-decode keys), either without ``io_config``: the same stream, the same
+    reports in the same order as :class:`_Writer` (ImageID read,
+    ``wants_item_digest``, ``media_keyed``), fed as
+    :class:`~mmobs.keys.framing.DigestSink` feeds it (the framing joined with
+    the first bytes up to blake3's grid, then the rest). The writer's walk (a
+    call per nesting level, a type check per branch) cost a few microseconds a
+    key. Returns the bytes fed, or ``None`` when the value is anything else
     (then the writer keys it).
     """
     ((name, media),) = kwargs.items()
-    if not is_media_with_bytes(media):
-        return None
-    image, original = media.media, media.original_bytes  # type: ignore[attr-defined]
-    if not isinstance(image, Image.Image) or media.io_config or type(original) is not bytes:  # type: ignore[attr-defined]
+    if type(media) is EncodedImage:  # the no-decode keys: no EXIF to read (see EncodedImage)
+        original, image_id = media.original_bytes, None
+        if media.io_config or type(original) is not bytes:
+            return None
+    elif is_media_with_bytes(media):
+        image, original = media.media, media.original_bytes  # type: ignore[attr-defined]
+        if not isinstance(image, Image.Image) or media.io_config or type(original) is not bytes:  # type: ignore[attr-defined]
+            return None
+        image_id = _read_image_id(observer, image, "media_with_bytes", "original_bytes", original)
+    else:
         return None
     encoded = name.encode("utf-8")
     head = encode_length(len(encoded)) + encoded + TAG_LEAF
-    image_id = _read_image_id(observer, image, "media_with_bytes", "original_bytes", original)
     if image_id is not None:
         item, data, source = encode_length(len(image_id)) + image_id, b"", "image_id"
     else:

@@ -40,8 +40,9 @@ from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from mmobs.errors import BadImageError, BadImageReason, InvalidOptionError
 from mmobs.events import TransposeFailure, get_observer
-from mmobs.keys.formats import DEFAULT_FORMATS, VLLM_FORMATS
+from mmobs.keys.formats import DEFAULT_FORMATS
 from mmobs.keys.guard import DEFAULT_DECODE_LIMITS, DecodeLimits, check_image_bytes
+from mmobs.keys.identify import identification_order
 from mmobs.keys.media import MediaWithBytes
 from mmobs.keys.pixel_limit import PixelLimitExceeded, pixel_limit
 
@@ -451,13 +452,13 @@ def _open(data: bytes, formats: tuple[str, ...] | None) -> ImageFile.ImageFile:
     """Parse the header only. Pillow reads no pixels here.
 
     The file is identified in vLLM's format order first (see
-    :data:`~mmobs.keys.formats.VLLM_FORMATS`), then refused if its format is not
-    one of ``formats``: a polyglot gets vLLM's reading or a refusal, never a
-    reading of its own.
+    :data:`~mmobs.keys.formats.VLLM_FORMATS` and :mod:`mmobs.keys.identify`), then
+    refused if its format is not one of ``formats``: a polyglot gets vLLM's
+    reading or a refusal, never a reading of its own.
     """
     accepted = ", ".join(formats) if formats else "any format Pillow reads"
     try:
-        image = Image.open(BytesIO(data), formats=_identification_order(formats))
+        image = Image.open(BytesIO(data), formats=identification_order(formats, data))
     except UnidentifiedImageError:
         raise BadImageError("unidentified", f"the bytes are not an image in an accepted format ({accepted})") from None
     except PixelLimitExceeded as error:
@@ -474,12 +475,6 @@ def _open(data: bytes, formats: tuple[str, ...] | None) -> ImageFile.ImageFile:
         )
     return image
 
-
-def _identification_order(formats: tuple[str, ...] | None) -> tuple[str, ...] | None:
-    """vLLM's formats in vLLM's order, then any other format the caller allows."""
-    if formats is None:
-        return None
-    return (*(f for f in VLLM_FORMATS if f in Image.OPEN), *(f for f in formats if f not in VLLM_FORMATS))
 
 
 def _decode(image: Image.Image) -> Exception | None:
