@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mmobs import ImageMediaIO, MultiModalHasher
 from mmobs.events import observing
+from mmobs.service.hash_request import count_json_values
 from tests import golden, images
 from tests.support import ServiceProcess, data_url, metric_value
 
@@ -314,6 +318,18 @@ def test_a_flood_of_json_values_is_refused_before_it_is_built(client, size):
     response = client.post("/v1/hash", content=body, headers={"content-type": "application/json"})
     error = assert_error(response, 400, "invalid_json")
     assert "more than 100000 values" in error["message"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.sampled_from([0, 1, 16_383, 16_384, 262_143, 262_144, 262_145, 600_001]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_value_bound_counts_every_structural_byte(size: int, seed: int) -> None:
+    """The NumPy count (bodies from 16 KiB, in 256 KiB pieces) is the bytes.count formula, at every edge."""
+    body = random.Random(seed).choices(b',[{]}"ab', k=size)
+    data = bytes(body)
+    assert count_json_values(data) == data.count(b",") + 2 * (data.count(b"[") + data.count(b"{")) + 1
 
 
 def test_integer_literals_are_bounded(client):

@@ -476,7 +476,6 @@ def _open(data: bytes, formats: tuple[str, ...] | None) -> ImageFile.ImageFile:
     return image
 
 
-
 def _decode(image: Image.Image) -> Exception | None:
     """Decode the pixels. Return, rather than raise, an error Pillow raised only once they were decoded.
 

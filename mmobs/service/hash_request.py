@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from mmobs.errors import InvalidOptionError
 from mmobs.keys.from_bytes import VERIFY_MODES
 from mmobs.keys.hashing import ALGORITHMS
@@ -99,12 +101,26 @@ def count_json_values(body: bytes) -> int:
 
     Every value but the first follows a ``,`` or opens a container, and a
     member value follows its object's ``{`` or a ``,``: so commas plus twice
-    the containers plus one bounds the count. Counting bytes runs at memory
-    speed; only when that bound is over the limit are strings (whose commas
-    and brackets are text) cut out and the count redone.
+    the containers plus one bounds the count. The bytes are counted at memory
+    speed (NumPy compares a quarter-MiB piece at a time, a third of the cost
+    of three ``bytes.count`` passes over a base64 image; the pieces bound the
+    temporary to 256 KiB); only when that bound is over the limit are strings
+    (whose commas and brackets are text) cut out and the count redone.
     """
-    structural = body.count(b",") + 2 * (body.count(b"[") + body.count(b"{")) + 1
-    return structural
+    if len(body) < _NUMPY_COUNT_FROM:
+        return body.count(b",") + 2 * (body.count(b"[") + body.count(b"{")) + 1
+    data = np.frombuffer(body, np.uint8)
+    total = 1
+    for start in range(0, len(data), _COUNT_PIECE):
+        piece = data[start : start + _COUNT_PIECE]
+        commas, arrays, objects = (int(np.count_nonzero(piece == byte)) for byte in _STRUCTURAL)
+        total += commas + 2 * (arrays + objects)
+    return total
+
+
+_STRUCTURAL = tuple(b",[{")  # the bytes count_json_values counts, in its formula's order
+_COUNT_PIECE = 256 * 1024
+_NUMPY_COUNT_FROM = 16 * 1024  # below, three bytes.count passes cost less than NumPy's set-up
 
 
 def _count_outside_strings(body: bytes) -> int:
