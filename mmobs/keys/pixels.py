@@ -70,6 +70,11 @@ _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _ARROW_ITEM_SIZES = {b"c": 1, b"C": 1, b"s": 2, b"S": 2, b"i": 4, b"I": 4, b"f": 4, b"l": 8, b"L": 8, b"g": 8}
 
 
+#: Modes whose pixels Pillow stores in another layout than NumPy's: "1" (NumPy sees 0/255
+#: bytes), and the ones an export showed padded (RGB, LA...; learned, a closed set).
+_PADDED_MODES: set[str] = {"1"}
+
+
 def _zero_copy_view(image: Image.Image, nbytes: int) -> memoryview | None:
     """Pillow's pixel memory as a byte view, if it is exactly the NumPy layout.
 
@@ -77,7 +82,7 @@ def _zero_copy_view(image: Image.Image, nbytes: int) -> memoryview | None:
     (RGB's padding byte), or this Pillow has no Arrow export.
     """
     export = getattr(image, "__arrow_c_array__", None)
-    if export is None or image.mode == "1":  # NumPy sees "1" as 0/255 bytes: re-packed
+    if export is None or image.mode in _PADDED_MODES:
         return None
     try:
         schema_capsule, array_capsule = export()
@@ -91,7 +96,10 @@ def _zero_copy_view(image: Image.Image, nbytes: int) -> memoryview | None:
     item_size = _ARROW_ITEM_SIZES.get(schema.format)
     if item_size is None or array.n_buffers < 2 or array.offset != 0 or array.null_count > 0:
         return None
-    if array.length * item_size != nbytes or not array.buffers[1]:
+    if array.length * item_size != nbytes:
+        _PADDED_MODES.add(image.mode)  # Pillow pads this mode's pixels (RGB in 4 bytes): never ask again
+        return None
+    if not array.buffers[1]:
         return None
     buffer = (ctypes.c_ubyte * nbytes).from_address(array.buffers[1])
     # The view must keep the pixel memory alive for as long as anyone holds it
@@ -114,8 +122,9 @@ def pixel_chunks(image: Image.Image, rawmode: str, nbytes: int) -> Iterator[byte
 
 def _encoded_chunks(image: Image.Image, rawmode: str, nbytes: int) -> Iterator[bytes]:
     encoder = Image._getencoder(image.mode, "raw", rawmode)
-    # The raw encoder needs room for at least one packed line (<= 4 bytes a pixel).
-    bufsize = max(STREAM_CHUNK_BYTES, image.width * 4)
+    # The raw encoder needs room for at least one packed line (<= 4 bytes a pixel). No more than
+    # the image: a buffer above malloc's mmap threshold costs a small image more than its pixels.
+    bufsize = max(min(STREAM_CHUNK_BYTES, nbytes), image.width * 4)
     produced = 0
     status = 0
     try:
