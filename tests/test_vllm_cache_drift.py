@@ -129,10 +129,13 @@ def vllm_cache(server: VllmServer) -> dict[Any, float]:
 
 
 def settled_cache(server: VllmServer, timeout: float = 60.0) -> dict[Any, float]:
-    """vLLM's cache counters once the engine is idle: no request running or waiting, the same two reads apart.
+    """vLLM's cache counters once the server is idle, the same two reads apart.
 
-    A load test before may leave requests the engine is still finishing (their
-    clients gave up), whose cache queries would land in the next test's window.
+    A load test before may leave requests the server is still finishing (their
+    clients gave up), whose cache queries would land in the next test's window:
+    idle is no request in the API server (mmobs's in-progress gauge: vLLM's
+    own gauges see a request only once it reaches the engine, after its
+    images went through the cache) and none running or waiting in the engine.
     """
     deadline = time.monotonic() + timeout
     previous = None
@@ -141,7 +144,7 @@ def settled_cache(server: VllmServer, timeout: float = 60.0) -> dict[Any, float]
             value
             for key, value in server.samples("vllm:num_requests_").items()
             if key[0] != "vllm:num_requests_swapped"
-        )
+        ) + sum(server.samples("mmobs_http_requests_in_progress").values())
         current = vllm_cache(server)
         if busy == 0 and current == previous:
             return current
