@@ -125,3 +125,22 @@ def test_a_plugin_left_out_raises_syntax_error_on_those_bytes(prefix: bytes, bod
             with pytest.raises(SyntaxError):
                 plugin(io.BytesIO(data))
     _same_reading(data)
+
+
+_REAL_FILES = [
+    encode(noisy_image(mode, (16, 12)), fmt)
+    for mode, fmt in (("RGB", "JPEG"), ("RGBA", "PNG"), ("P", "GIF"), ("RGB", "WEBP"), ("RGB", "TIFF"), ("RGB", "BMP"))
+] + [encode(noisy_image("L", (8, 8)), "IM"), encode(noisy_image("RGB", (40, 40)), "PPM")]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    original=st.sampled_from(_REAL_FILES),
+    edits=st.lists(st.tuples(st.integers(0, 2100), st.integers(0, 255)), min_size=1, max_size=4),
+)
+def test_damaged_real_files_are_read_as_over_the_whole_order(original: bytes, edits: list[tuple[int, int]]) -> None:
+    """Real files of eight formats with bytes overwritten where the tests and accept functions look."""
+    data = bytearray(original.ljust(2100, b"\0"))
+    for position, value in edits:
+        data[position] = value
+    _same_reading(bytes(data))

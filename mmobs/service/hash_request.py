@@ -102,7 +102,7 @@ def count_json_values(body: bytes) -> int:
     Every value but the first follows a ``,`` or opens a container, and a
     member value follows its object's ``{`` or a ``,``: so commas plus twice
     the containers plus one bounds the count. The bytes are counted at memory
-    speed (NumPy compares a quarter-MiB piece at a time, a third of the cost
+    speed (NumPy compares a quarter-MiB piece at a time, a quarter of the cost
     of three ``bytes.count`` passes over a base64 image; the pieces bound the
     temporary to 256 KiB); only when that bound is over the limit are strings
     (whose commas and brackets are text) cut out and the count redone.
