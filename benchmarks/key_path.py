@@ -56,6 +56,7 @@ import _servers as S  # noqa: E402
 
 from mmobs import ImageMediaIO, MultiModalHasher, key_for_bytes  # noqa: E402
 from mmobs.keys.guard import DEFAULT_DECODE_LIMITS, check_image_bytes  # noqa: E402
+from mmobs.keys.identify import identification_order  # noqa: E402
 from mmobs.keys.loader import DEFAULT_MAX_PIXELS  # noqa: E402
 from scripts.corpus.costly import png_rechunked  # noqa: E402
 
@@ -242,6 +243,11 @@ def breakdown(report: H.Report, data: bytes, rounds: int) -> None:
         "hash_kwargs(EncodedImage), default instrumentation": lambda: MultiModalHasher.hash_kwargs(
             "blake3", image=EncodedImage(data)),
         "open_header alone (Pillow's header parse, limits)": lambda: io_.open_header(data),
+        "  of which the structural checks": lambda: check_image_bytes(
+            data, DEFAULT_DECODE_LIMITS, max_pixels=DEFAULT_MAX_PIXELS, formats=io_.formats),
+        "  of which the identification (formats to try)": lambda: identification_order(io_.formats, data),
+        "  of which Image.open over them (Pillow's header parse)": lambda: Image.open(
+            io.BytesIO(data), formats=identification_order(io_.formats, data)),
         "key_for_bytes, no observer": silent(lambda: key_for_bytes(data)),
         "key_for_bytes, default instrumentation": lambda: key_for_bytes(data),
     }  # fmt: skip

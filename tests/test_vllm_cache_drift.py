@@ -334,11 +334,20 @@ def test_with_healing_off_every_failure_of_the_load_is_counted(counting_server: 
 def test_without_drift_vllms_cache_counts_are_the_same_with_and_without_healing(
     healing_server: VllmServer, counting_server: VllmServer
 ) -> None:
-    """One sequence of hits, misses and evictions (single 112x112 images, sequential, none refused)."""
+    """One sequence of hits, misses and evictions (single 112x112 images, sequential, none refused).
+
+    Both caches are first filled with the same 16 images, which evict whatever
+    the tests before left in them (the load with healing off leaves entries
+    that P0 and P1 disagree on), so that the sequence meets the same cache twice.
+    """
+    fillers = [image_url(112, seed=4300 + i) for i in range(16)]
     urls = [image_url(112, seed=4200 + i) for i in range(7)]
     order = [0, 1, 0, 2, 3, 1, 4, 5, 0, 6, 6, 2, 1, 0, 5, 3]
     moved = {}
     for server in (healing_server, counting_server):
+        settled_cache(server)
+        for url in fillers:
+            assert post(server, body(server, [url])).status_code == 200
         before, cache_before = counters(server), settled_cache(server)
         for index in order:
             assert post(server, body(server, [urls[index]])).status_code == 200
