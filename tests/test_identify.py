@@ -24,6 +24,9 @@ from tests.images import encode, jpeg_bytes, noisy_image, png_bytes
 
 ALL_ALLOWED = tuple(VLLM_FORMATS)
 
+# The IM files these tests write and read are the point, not Pillow's notice that IM goes in Pillow 15.
+pytestmark = pytest.mark.filterwarnings("ignore:IM image format is deprecated:DeprecationWarning")
+
 
 def _reading(data: bytes, formats: tuple[str, ...] | None) -> tuple[Any, ...]:
     """What ``Image.open`` makes of ``data`` over ``formats``: the plugin, mode and size, or the error's type."""

@@ -32,7 +32,9 @@ whole order, or fails as it would fail:
     field, and then the missing mode is a ``KeyError``, made ``SyntaxError``);
   * PCD: ``PCD_`` at offset 2048.
 
-  Such a plugin is left out only while it is the very class that was read.
+  Such a plugin is left out only while it is the very class that was read
+  (and a Pillow without one of them, as Pillow 15 will be without IM, has
+  one fewer to skip).
 
 ``tests/test_identify.py`` holds each test against the plugin itself and
 every reading against ``Image.open`` over the whole order, so a Pillow that
@@ -44,11 +46,12 @@ takes part once :func:`clear_cache` is called.
 
 from __future__ import annotations
 
+import importlib
 import struct
 from collections.abc import Callable
 from typing import Any
 
-from PIL import Image, ImImagePlugin, ImtImagePlugin, IptcImagePlugin, PcdImagePlugin
+from PIL import Image
 
 from mmobs.keys.formats import VLLM_FORMATS
 
@@ -73,13 +76,25 @@ def _pcd_cannot(data: bytes) -> bool:
     return data[2048:2052] != b"PCD_"
 
 
-#: Per plugin without an ``accept``: its class, and the test of the bytes that
-#: is true when its ``_open`` must raise ``SyntaxError``.
+def _plugin_class(module: str, name: str) -> type | None:
+    """A Pillow plugin's image file class, or None where this Pillow has no such plugin (IM goes in Pillow 15)."""
+    try:
+        found = getattr(importlib.import_module(f"PIL.{module}"), name)
+    except (ImportError, AttributeError):
+        return None
+    return found if isinstance(found, type) else None
+
+
+_READ: dict[str, tuple[type | None, Callable[[bytes], bool]]] = {
+    "IM": (_plugin_class("ImImagePlugin", "ImImageFile"), _im_cannot),
+    "IMT": (_plugin_class("ImtImagePlugin", "ImtImageFile"), _imt_cannot),
+    "IPTC": (_plugin_class("IptcImagePlugin", "IptcImageFile"), _iptc_cannot),
+    "PCD": (_plugin_class("PcdImagePlugin", "PcdImageFile"), _pcd_cannot),
+}
+#: Per plugin without an ``accept`` (those this Pillow has): its class, and the
+#: test of the bytes that is true when its ``_open`` must raise ``SyntaxError``.
 CANNOT_OPEN: dict[str, tuple[type, Callable[[bytes], bool]]] = {
-    "IM": (ImImagePlugin.ImImageFile, _im_cannot),
-    "IMT": (ImtImagePlugin.ImtImageFile, _imt_cannot),
-    "IPTC": (IptcImagePlugin.IptcImageFile, _iptc_cannot),
-    "PCD": (PcdImagePlugin.PcdImageFile, _pcd_cannot),
+    name: (plugin, cannot) for name, (plugin, cannot) in _READ.items() if plugin is not None
 }
 
 _Checks = tuple[tuple[str, Callable[[bytes], bool]], ...]
