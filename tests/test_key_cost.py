@@ -12,7 +12,6 @@ bound), so that a loaded machine does not fail it.
 
 from __future__ import annotations
 
-import io
 import statistics
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from PIL import Image
 
 from mmobs import MultiModalHasher, key_for_bytes
 from scripts.corpus import costly
+from tests.images import encode
 
 pytestmark = pytest.mark.usefixtures("silent_observer")  # the drift tracker would add a digest pass to a sample
 
@@ -45,12 +45,6 @@ def _noise(size: tuple[int, int], seed: int) -> Image.Image:
     return Image.fromarray(pixels)
 
 
-def _encoded(image: Image.Image, fmt: str, **params: object) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, fmt, **params)
-    return buffer.getvalue()
-
-
 def paired_ratio(path: Callable[[], object], floor: Callable[[], object]) -> float:
     """The median over :data:`PAIRS` of (CPU time of ``path``) / (CPU time of ``floor``), run back to back."""
     path(), floor()  # lazy imports, caches, first-use allocations
@@ -69,14 +63,14 @@ def paired_ratio(path: Callable[[], object], floor: Callable[[], object]) -> flo
 @pytest.mark.parametrize(
     ("make", "bound"),
     [
-        pytest.param(lambda: _encoded(_noise((2000, 1500), 1), "JPEG", quality=90), NO_DECODE_BOUND, id="jpeg-3MB"),
+        pytest.param(lambda: encode(_noise((2000, 1500), 1), "JPEG", quality=90), NO_DECODE_BOUND, id="jpeg-3MB"),
         pytest.param(
-            lambda: costly.png_rechunked(_encoded(_noise((1400, 1000), 3), "PNG", compress_level=1), 8192),
+            lambda: costly.png_rechunked(encode(_noise((1400, 1000), 3), "PNG", compress_level=1), 8192),
             NO_DECODE_BOUND,
             id="png-8KiB-chunks-4MB",
         ),
         pytest.param(
-            lambda: _encoded(_noise((1400, 1000), 2), "JPEG", quality=90, progressive=True),
+            lambda: encode(_noise((1400, 1000), 2), "JPEG", quality=90, progressive=True),
             PROGRESSIVE_BOUND,
             id="jpeg-progressive-1MB",
         ),
