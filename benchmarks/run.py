@@ -19,7 +19,10 @@ Sections, one module each (``--sections`` takes any of them; ``--only a,b`` is t
   ``mmobs serve`` with 1 and 2 workers, and where a request's time goes;
 * ``vllm-server`` (``bench_vllm_server.py``): a real ``vllm serve`` with and
   without mmobs, side by side: latency, requests/s, API-server CPU per request
-  (needs ``.ci/install-vllm-server``; about 8 more minutes).
+  (needs ``.ci/install-vllm-server``; about 8 more minutes);
+* ``vllm-decode-free`` (``bench_vllm_decode_free.py``): the same two servers
+  on re-sent images (all cached, and multi-turn chats): API-server CPU and
+  latency with decode-free cache hits against vLLM alone (about 6 minutes).
 
 Every comparison runs its competitors in the same rounds, interleaved in a
 shuffled order, and reports medians and the median of per-round ratios (see
@@ -47,7 +50,7 @@ from _common import FULL, QUICK, Config
 
 from mmobs.events import get_observer, set_observer
 
-SECTIONS = ("pixels", "bytes", "instrumentation", "middleware", "service", "vllm-server")
+SECTIONS = ("pixels", "bytes", "instrumentation", "middleware", "service", "vllm-server", "vllm-decode-free")
 
 
 def _runner(section: str) -> Callable[[Config, harness.Report], None]:

@@ -19,6 +19,8 @@ from mmobs.errors import BAD_IMAGE_REASONS
 from mmobs.observability.metrics import HASHER_METRICS, HTTP_METRICS, METRIC_NAMES
 from mmobs.vllm.cache_metrics import CACHE_DRIFT_METRICS
 from mmobs.vllm.cache_metrics import METRIC_NAMES as VLLM_CACHE_METRIC_NAMES
+from mmobs.vllm.decode_metrics import DECODE_SKIP_METRICS
+from mmobs.vllm.decode_metrics import METRIC_NAMES as VLLM_DECODE_METRIC_NAMES
 from tests.markdown import section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +81,7 @@ def test_relative_links_lead_somewhere(page: Path) -> None:
 
 def test_the_readme_names_every_metric() -> None:
     listed = set(re.findall(r"`(mmobs_[a-z_]+)`", section(README.read_text(encoding="utf-8"), "## Metrics")))
-    declared = set(METRIC_NAMES) | set(VLLM_CACHE_METRIC_NAMES)
+    declared = set(METRIC_NAMES) | set(VLLM_CACHE_METRIC_NAMES) | set(VLLM_DECODE_METRIC_NAMES)
     assert listed == declared, f"README lacks {sorted(declared - listed)}, names unknown {sorted(listed - declared)}"
 
 
@@ -88,6 +90,12 @@ def test_the_cache_drift_page_gives_every_series_with_its_labels() -> None:
     rows = re.findall(r"^\| `(mmobs_vllm_[a-z_]+)(?:\{([a-z_, ]*)\})?` \|", text, flags=re.MULTILINE)
     documented = {name: tuple(label.strip() for label in labels.split(",") if label.strip()) for name, labels in rows}
     assert documented == {spec.name: spec.labels for spec in CACHE_DRIFT_METRICS}
+
+
+def test_the_vllm_page_gives_every_decode_free_hit_series() -> None:
+    text = section((DOCS / "vllm.md").read_text(encoding="utf-8"), "## Decode-free cache hits")
+    documented = re.findall(r"^\| `(mmobs_vllm_[a-z_]+)` \|", text, flags=re.MULTILINE)
+    assert documented == [spec.name for spec in DECODE_SKIP_METRICS]
 
 
 def test_the_library_page_gives_every_metric_with_its_labels() -> None:

@@ -49,6 +49,8 @@ SENDER_MISSES = "mmobs_vllm_mm_cache_sender_misses_total"
 REDRIFTS = "mmobs_vllm_mm_cache_redrifts_total"
 REQUESTS = "mmobs_vllm_mm_cache_drift_requests_total"
 ROLLED_BACK = "mmobs_vllm_mm_cache_rolled_back_items_total"
+SKIPPED = "mmobs_vllm_skipped_decodes_total"
+LATE = "mmobs_vllm_late_decodes_total"
 ENGINE_MISS = "Multi-modal cache miss for request"
 _seed = iter(range(10_000, 1_000_000))
 
@@ -308,9 +310,14 @@ def test_concurrent_multi_image_load_is_all_200(
     healing_server: VllmServer, clients: int, requests: int, stream_every: int
 ) -> None:
     before, misses = counters(healing_server), engine_misses(healing_server)
+    decodes_before = healing_server.samples("mmobs_vllm_")
     statuses, errors = load(healing_server, clients, requests, stream_every=stream_every)
     moved = delta(before, counters(healing_server))
     assert statuses == Counter({200: requests}), (statuses, errors[:3])
+    # Re-sent images were decode-free hits; some left the cache before the processor read them: decoded late.
+    decodes = delta(decodes_before, healing_server.samples("mmobs_vllm_"))
+    assert decodes[series(SKIPPED)] > 0 and decodes[series(LATE)] > 0, decodes
+    assert decodes[series(LATE)] <= decodes[series(SKIPPED)]
     # A drift fails one attempt of a request: P0's first lost item, or the engine's miss (naming all of them).
     drifted = moved.get(series(SENDER_MISSES), 0) + engine_misses(healing_server) - misses
     assert drifted > 0, "the load no longer drifts: nothing was proven"

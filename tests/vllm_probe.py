@@ -172,6 +172,8 @@ def normalize_image_bindings(plugin: Any) -> dict[str, bool]:
     import vllm.multimodal.media.image
     import vllm.multimodal.parse
 
+    from mmobs.vllm import loader_hooks
+
     later = types.ModuleType("later_model_module")
     exec("from vllm.multimodal.image import normalize_image", later.__dict__)
     modules = {
@@ -180,7 +182,7 @@ def normalize_image_bindings(plugin: Any) -> dict[str, bool]:
         "vllm.multimodal.parse": vllm.multimodal.parse,
         "a model module imported later": later,
     }
-    return {name: module.normalize_image is plugin._normalize_image for name, module in modules.items()}
+    return {name: module.normalize_image is loader_hooks.normalize_image for name, module in modules.items()}
 
 
 def main() -> None:

@@ -73,6 +73,27 @@ VLLM_CACHE_DRIFT_METRICS: frozenset[str] = frozenset(
     }
 )
 
+# -- mmobs inside vLLM's API server (mmobs/vllm/decode_metrics.py) ------------------------
+#: Images not decoded again on a processor-cache hit, and the CPU seconds their first decode took;
+#: skipped decodes done after all (something read the pixels), and their CPU seconds.
+VLLM_SKIPPED_DECODES = "mmobs_vllm_skipped_decodes_total"
+VLLM_SKIPPED_DECODE_CPU = "mmobs_vllm_skipped_decode_cpu_seconds_total"
+VLLM_LATE_DECODES = "mmobs_vllm_late_decodes_total"
+VLLM_LATE_DECODE_CPU = "mmobs_vllm_late_decode_cpu_seconds_total"
+VLLM_DECODED_INDEX_ENTRIES = "mmobs_vllm_decoded_index_entries"
+VLLM_DECODED_INDEX_BYTES = "mmobs_vllm_decoded_index_bytes"
+
+VLLM_DECODE_SKIP_METRICS: frozenset[str] = frozenset(
+    {
+        VLLM_SKIPPED_DECODES,
+        VLLM_SKIPPED_DECODE_CPU,
+        VLLM_LATE_DECODES,
+        VLLM_LATE_DECODE_CPU,
+        VLLM_DECODED_INDEX_ENTRIES,
+        VLLM_DECODED_INDEX_BYTES,
+    }
+)
+
 #: The metric the job/instance variables read their values from. Its children
 #: are created up front, so it exists from the first scrape of any mmobs process.
 VARIABLE_METRIC = MEDIA_KEYS

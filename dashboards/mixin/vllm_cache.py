@@ -85,6 +85,46 @@ def per_model(query: QueryStyle, metric: str, *matchers: str, by: tuple[str, ...
     )
 
 
+def decode_panels(query: QueryStyle) -> list[dict[str, Any]]:
+    """What the decode-free hits saved the API server, beside the lookups (docs/vllm.md, "Decode-free cache hits")."""
+    saved = f"{per_model(query, metrics.VLLM_SKIPPED_DECODE_CPU)}\n-\n{per_model(query, metrics.VLLM_LATE_DECODE_CPU)}"
+    return [
+        timeseries(
+            "API-server CPU saved by decode-free cache hits",
+            "CPU cores' worth of image decoding the API server did not do, per model: re-sent images whose key vLLM's "
+            "processor cache held were keyed from their bytes and not decoded again (the CPU their first decode "
+            "took), less the late decodes (an item that left the cache between the lookup and the processor). "
+            "Beside the lookups and hits: it follows the hits of re-sent images. Index size: "
+            "mmobs_vllm_decoded_index_entries.",
+            "short",
+            [
+                target(saved, "A", "cores saved {{model_name}}"),
+                target(per_model(query, metrics.VLLM_SKIPPED_DECODES), "B", "decodes skipped/s {{model_name}}"),
+                target(per_model(query, metrics.VLLM_LATE_DECODES), "C", "late decodes/s {{model_name}}"),
+            ],
+        ),
+        timeseries(
+            "Remembered decodes",
+            "Decodes each API server remembers by the digest of their bytes, to skip them when the same bytes come "
+            "again (bounded by MMOBS_VLLM_DECODED_INDEX_ENTRIES and MMOBS_VLLM_DECODED_INDEX_BYTES), and the memory "
+            "they take.",
+            "short",
+            [
+                target(
+                    query.aggregate("sum", query.select(metrics.VLLM_DECODED_INDEX_ENTRIES), ["instance"]),
+                    "A",
+                    "entries {{instance}}",
+                ),
+                target(
+                    query.aggregate("sum", query.select(metrics.VLLM_DECODED_INDEX_BYTES), ["instance"]),
+                    "B",
+                    "bytes {{instance}}",
+                ),
+            ],
+        ),
+    ]
+
+
 def drift_panels(query: QueryStyle) -> list[dict[str, Any]]:
     """What drifted between vLLM's API-server (P0) and engine (P1) caches, per model (docs/vllm-cache-drift.md)."""
     return [
@@ -159,13 +199,14 @@ def mmobs_panels(query: QueryStyle) -> list[dict[str, Any]]:
 
 
 def lines(query: QueryStyle) -> list[GridLine]:
-    """The row header, vLLM's hit rate beside the drift panels, vLLM's lookups, then mmobs's three."""
+    """The row header, vLLM's hit rate beside the drift panels, vLLM's lookups beside the decodes saved, then mmobs's three."""
     hit, lookups = vllm_panels(query)
+    saved, remembered = decode_panels(query)
     drift, outcomes = drift_panels(query)
     fallback, sources, latency = mmobs_panels(query)
     return [
         [(row(TITLE), 24, 1)],
         [(hit, 8, 8), (drift, 8, 8), (outcomes, 8, 8)],
-        [(lookups, 24, 8)],
+        [(lookups, 8, 8), (saved, 8, 8), (remembered, 8, 8)],
         [(fallback, 8, 8), (sources, 8, 8), (latency, 8, 8)],
     ]

@@ -15,6 +15,11 @@ Environment switches (read when vLLM loads the plugin):
   with a 400, counted in ``mmobs_bad_images_total{reason="too_costly"}``.
 * ``MMOBS_VLLM_FAST_KEYS=1``: key plain PIL images through mmobs's zero-copy
   pixel path (the same keys, proven by the differential tests).
+* ``MMOBS_VLLM_DECODE_FREE_HITS=0``: decode every image, as vLLM does; by
+  default the API server does not decode again bytes it decoded before whose
+  key its processor cache holds (:mod:`mmobs.vllm.decode_skip`); the index of
+  those decodes is bounded by ``MMOBS_VLLM_DECODED_INDEX_ENTRIES`` and
+  ``MMOBS_VLLM_DECODED_INDEX_BYTES``.
 * ``MMOBS_VLLM_MM_CACHE_HEAL=0``: only count vLLM's multimodal cache drift
   (``mmobs_vllm_mm_cache_*``); by default mmobs also rolls back the sender cache
   after a refused request, resubmits a drift-failed chat completion once and

@@ -5,23 +5,25 @@ tolerates a malformed EXIF block silently, ``normalize_image`` suppresses every
 transpose failure, and its loader's refusals are only a 400 somewhere. The
 plugin replaces a few of vLLM's module attributes with versions that return
 exactly what vLLM's return (checked on probe images before anything is
-replaced) and report to mmobs's observer on the way:
+replaced) and report to mmobs's observer on the way. This module holds the
+registration and the plan; the replacements live beside it:
 
 =============================================  =====================================
-vLLM attribute                                 reports
+module                                         wraps
 =============================================  =====================================
-``hasher._get_image_id_bytes``                 ``exif_fallback`` (kind, key source)
-``MultiModalHasher.serialize_item``            ``media_keyed`` (key-source mix, drift)
-``MultiModalHasher.hash_kwargs``,              ``hashed`` (duration, bytes fed)
-``hasher._get_hasher_factory``
-``image.normalize_image`` (and every module    ``exif_transpose_failed``
-that imported it by name, Molmo2's included)
-``ImageMediaIO.load_bytes``                    ``bad_image`` (reason from the cause)
-``renderers.base.make_async``,                 nothing: they carry the request's
-``media.connector.global_thread_pool``         context into vLLM's executor threads
-``BaseMultiModalProcessor``                    nothing: vLLM's own dummy inputs (the
-``.get_dummy_mm_inputs``                       start-up warm-up, profiling) are not
-                                               traffic, so nobody watches them
+:mod:`mmobs.vllm.key_hooks`                    the hasher: ImageID read,
+                                               ``serialize_item``, ``hash_kwargs``
+:mod:`mmobs.vllm.loader_hooks`                 ``normalize_image``, ``load_bytes``,
+                                               ``_load_data_url`` (refusals, guard)
+:mod:`mmobs.vllm.decode_skip`                  (inside ``load_bytes``) decode-free
+                                               processor-cache hits, API server only
+:mod:`mmobs.vllm.cache_hooks`                  the processor cache drift, API server
+                                               only
+this module                                    ``make_async``, the media thread pool
+                                               (the request's context carried into
+                                               vLLM's executor threads), and
+                                               ``get_dummy_mm_inputs`` (vLLM's own
+                                               dummy inputs are not traffic)
 =============================================  =====================================
 
 mmobs's log events go through stdlib logging under vLLM's logger tree
@@ -35,7 +37,6 @@ nothing. Every replacement is recorded, so :func:`unregister` restores vLLM.
 
 from __future__ import annotations
 
-import binascii
 import contextvars
 import functools
 import inspect
@@ -44,27 +45,34 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from time import perf_counter
+from io import BytesIO
 from typing import Any
 
-import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
 
-from mmobs.errors import BadImageError, BadImageReason
-from mmobs.events import ExifFallback, KeySource, MediaKeyed, MediaKind, TransposeFailure, get_observer, observing
-from mmobs.keys.guard import check_image_bytes
+from mmobs.events import observing
 from mmobs.keys.hashing import IMAGE_ID_TAG
-from mmobs.keys.loader import bad_image_from_pillow, empty_image_error, report_bad_image
-from mmobs.keys.media import is_media_with_bytes
 from mmobs.observability.stdlib_events import log_events_to_stdlib
+from mmobs.vllm import decode_skip, key_hooks, loader_hooks
+from mmobs.vllm.decode_skip import DECODE_SKIP_ENV, DecodeSkipper
+from mmobs.vllm.lazy_image import lazy_class
 from mmobs.vllm.shape import ShapeMismatch
 from mmobs.vllm.shape import attribute as _attribute
 from mmobs.vllm.shape import function as _function
 from mmobs.vllm.shape import module as _module
 
-__all__ = ["FAST_KEYS_ENV", "GUARD_ENV", "PLUGIN_ENV", "ShapeMismatch", "register", "registered", "unregister"]
+__all__ = [
+    "DECODE_SKIP_ENV",
+    "FAST_KEYS_ENV",
+    "GUARD_ENV",
+    "PLUGIN_ENV",
+    "ShapeMismatch",
+    "register",
+    "registered",
+    "unregister",
+]
 
 #: ``MMOBS_VLLM_PLUGIN=0`` turns the plugin off.
 PLUGIN_ENV = "MMOBS_VLLM_PLUGIN"
@@ -80,6 +88,9 @@ _HASHER = "vllm.multimodal.hasher"
 _IMAGE = "vllm.multimodal.image"
 _MEDIA_IMAGE = "vllm.multimodal.media.image"
 _CONNECTOR = "vllm.multimodal.media.connector"
+_CACHE_LRU = "vllm.multimodal.cache.lru"
+_CACHE_BASE = "vllm.multimodal.cache.base"
+_CACHE_SHM = "vllm.multimodal.cache.shm"
 _RENDERERS = "vllm.renderers.base"
 _PROCESSOR = "vllm.multimodal.processing.processor"
 
@@ -116,7 +127,8 @@ def register() -> None:
         if _applied or _declined:
             return
         try:
-            plan = _plan()
+            skipper, skip_plan = _decode_skip_plan()
+            plan = _plan(skipper) + skip_plan
             plan += _cache_plan()
         except ShapeMismatch as error:
             _declined = True
@@ -137,6 +149,7 @@ def register() -> None:
         for target, name, replacement, instance_attribute in plan:
             _applied.append(_Replacement(target, name, inspect.getattr_static(target, name), instance_attribute))
             setattr(target, name, replacement)
+        decode_skip.activate(skipper)
         # One log stream: mmobs's events become records of vLLM's logger tree (while structlog is unconfigured).
         log_events_to_stdlib(_log.name)
         _log.info("mmobs: counting vLLM %s's multimodal fallbacks (%d attributes wrapped)", _vllm_version(), len(plan))
@@ -148,6 +161,7 @@ def unregister() -> None:
     with _lock:
         while _applied:
             _applied.pop().restore()
+        decode_skip.activate(None)
         _declined = False
         log_events_to_stdlib(None)
 
@@ -158,7 +172,7 @@ def unregister() -> None:
 _Plan = list[tuple[Any, str, Any, bool]]
 
 
-def _plan() -> _Plan:
+def _plan(skipper: DecodeSkipper | None = None) -> _Plan:
     hasher = _module(_HASHER)
     image = _module(_IMAGE)
     media_image = _module(_MEDIA_IMAGE)
@@ -182,22 +196,27 @@ def _plan() -> _Plan:
     if not callable(getattr(pool, "submit", None)):
         raise ShapeMismatch(f"{_CONNECTOR}.global_thread_pool has no submit()")
 
-    _same_results(original_id_bytes, _image_id_bytes, _probe_images(), "_get_image_id_bytes")
-    _same_results(original_normalize, _normalize_image, _probe_images(), "normalize_image", compare=_pixels)
+    _same_results(original_id_bytes, key_hooks.image_id_bytes, _probe_images(), "_get_image_id_bytes")
+    _same_results(original_normalize, loader_hooks.normalize_image, _probe_images(), "normalize_image", compare=_pixels)
 
     guard = _enabled(GUARD_ENV)
-    serialize_item = _serialize_item(original_serialize)
+    serialize_item = key_hooks.serialize_item(original_serialize)
     if _enabled(FAST_KEYS_ENV):
         from mmobs.vllm.fast_keys import fast_serialize_item
 
         serialize_item = fast_serialize_item(serialize_item)
     plan: _Plan = [
-        (hasher, "_get_image_id_bytes", _image_id_bytes, False),
-        (hasher, "_get_hasher_factory", _counting_factory(original_factory), False),
+        (hasher, "_get_image_id_bytes", key_hooks.image_id_bytes, False),
+        (hasher, "_get_hasher_factory", key_hooks.counting_factory(original_factory), False),
         (hasher_class, "serialize_item", classmethod(serialize_item), False),
-        (hasher_class, "hash_kwargs", classmethod(_hash_kwargs(original_hash_kwargs)), False),
-        (loader_class, "load_bytes", _load_bytes(original_load_bytes, guard=guard), False),
-        (connector_class, "_load_data_url", _load_data_url(original_data_url, loader_class, guard=guard), False),
+        (hasher_class, "hash_kwargs", classmethod(key_hooks.hash_kwargs(original_hash_kwargs)), False),
+        (loader_class, "load_bytes", loader_hooks.load_bytes(original_load_bytes, guard=guard, skipper=skipper), False),
+        (
+            connector_class,
+            "_load_data_url",
+            loader_hooks.load_data_url(original_data_url, loader_class, guard=guard),
+            False,
+        ),
         (renderers, "make_async", _context_make_async(original_make_async), False),
         (pool, "submit", _context_submit(pool.submit), True),
         (processor_class, "get_dummy_mm_inputs", _not_traffic(original_dummy_inputs), False),
@@ -206,8 +225,107 @@ def _plan() -> _Plan:
     # loaded vLLM module that holds vLLM's function; later importers read the patched source.
     for module in [m for name, m in list(sys.modules.items()) if name.startswith("vllm") and m is not None]:
         if getattr(module, "normalize_image", None) is original_normalize:
-            plan.append((module, "normalize_image", _normalize_image, False))
+            plan.append((module, "normalize_image", loader_hooks.normalize_image, False))
     return plan
+
+
+def _decode_skip_plan() -> tuple[DecodeSkipper | None, _Plan]:
+    """Decode-free cache hits (:mod:`mmobs.vllm.decode_skip`), in the API server only, planned apart.
+
+    The processor caches are found as vLLM makes them (their ``__init__``
+    registers them with the skipper); vLLM's shared-memory cache declines.
+    A vLLM whose loader already defers decoding, or whose images a stand-in
+    does not reproduce exactly, gets one line and vLLM's path.
+    """
+    from mmobs.vllm.cache_hooks import api_server_process
+
+    if not api_server_process() or os.environ.get(DECODE_SKIP_ENV, "1").strip() == "0":
+        return None, []
+    try:
+        media_image = _module(_MEDIA_IMAGE)
+        media_with_bytes = _attribute(media_image, "MediaWithBytes")
+        loader_class = _attribute(media_image, "ImageMediaIO")
+        caches = [
+            _attribute(_module(_CACHE_LRU), "LruKeyReplicatedSenderCache"),
+            _attribute(_module(_CACHE_BASE), "MultiModalProcessorOnlyCache"),
+        ]
+        shm = _attribute(_module(_CACHE_SHM), "ShmObjectStoreSenderCache")
+        for cache in caches:
+            _function(cache, "is_cached_item", parameters=2)
+        _probe_decodes(_function(loader_class, "load_bytes", parameters=2), loader_class, media_with_bytes)
+    except Exception as error:  # noqa: BLE001 - ShapeMismatch, or whatever a foreign vLLM raises: vLLM's path
+        _log.warning(
+            "mmobs: decode-free cache hits are off: vLLM %s is not shaped as they need (%s: %s)",
+            _vllm_version(),
+            type(error).__name__,
+            error,
+        )
+        return None, []
+    skipper = DecodeSkipper(media_with_bytes, loader_class)
+    plan: _Plan = [
+        (cache, "__init__", _registering(vars(cache)["__init__"], skipper.add_cache), False) for cache in caches
+    ]
+    decline = functools.partial(_decline_shm, skipper)
+    plan.append((shm, "__init__", _registering(vars(shm)["__init__"], decline), False))
+    return skipper, plan
+
+
+def _decline_shm(skipper: DecodeSkipper, cache: object) -> None:
+    skipper.decline("its processor cache is vLLM's shared-memory one (--mm-processor-cache-type shm)")
+
+
+def _registering(init: Callable[..., None], register: Callable[[Any], None]) -> Callable[..., None]:
+    """A cache class's ``__init__`` that hands the new cache to ``register`` once it is built."""
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        register(self)
+
+    return __init__
+
+
+def _probe_decodes(original: Callable[[Any, bytes], Any], loader_class: type, media_with_bytes: type) -> None:
+    """vLLM's loader decodes eagerly, and a stand-in decodes to exactly what it returned, on probe files."""
+    for name, data in _probe_files():
+        loaded = original(loader_class(), data)
+        media = getattr(loaded, "media", None)
+        if type(loaded) is not media_with_bytes or not isinstance(media, Image.Image) or vars(media).get("_im") is None:
+            raise ShapeMismatch(f"ImageMediaIO.load_bytes no longer decodes eagerly ({type(media).__name__} on {name})")
+        stand_in_class = lazy_class(type(media))
+        if stand_in_class is None:
+            raise ShapeMismatch(f"ImageMediaIO.load_bytes returns a {type(media).__name__}, not a Pillow image")
+        decode = functools.partial(_decoded_media, original, loader_class, data)
+        stand_in = stand_in_class(media.mode, media.size, media.format, (), decode)
+        if _pixels(stand_in) != _pixels(media) or stand_in.info != media.info or stand_in.palette != media.palette:
+            raise ShapeMismatch(f"a stand-in does not decode to what vLLM's loader returns on {name}")
+
+
+def _decoded_media(original: Callable[[Any, bytes], Any], loader_class: type, data: bytes) -> Image.Image:
+    return original(loader_class(), data).media  # type: ignore[no-any-return]
+
+
+def _probe_files() -> list[tuple[str, bytes]]:
+    """Small encoded probes: RGB and RGBA PNGs, an L PNG, and a JPEG with an EXIF orientation."""
+    files = []
+    probes = (
+        ("rgb.png", "RGB", "PNG"),
+        ("rgba.png", "RGBA", "PNG"),
+        ("l.png", "L", "PNG"),
+        ("rotated.jpg", "RGB", "JPEG"),
+    )
+    for name, mode, fmt in probes:
+        image = Image.new(mode, (5, 3), 200 if mode == "L" else (10, 20, 30, 40)[: len(mode)])
+        image.putpixel((0, 0), 7 if mode == "L" else (1, 2, 3, 4)[: len(mode)])
+        buffer = BytesIO()
+        if fmt == "JPEG":
+            exif = Image.Exif()
+            exif[0x0112] = 6  # rotated 90 degrees: the loader's transpose swaps the size
+            image.save(buffer, fmt, exif=exif)
+        else:
+            image.save(buffer, fmt)
+        files.append((name, buffer.getvalue()))
+    return files
 
 
 def _cache_plan() -> _Plan:
@@ -285,252 +403,7 @@ def _vllm_version() -> str:
     return str(getattr(module, "__version__", "unknown"))
 
 
-# -- the replacements ----------------------------------------------------------------
-
-
-@dataclass
-class _Item:
-    """The media item vLLM's ``serialize_item`` is keying in this thread, and what it found."""
-
-    kind: MediaKind
-    obj: Any
-    image_id: bytes | None = None
-
-    def key_source(self) -> KeySource:
-        if self.image_id is not None:
-            return "image_id"
-        if self.kind == "image":
-            return "pixels"
-        if self.kind == "video" and self.obj.media.nbytes < len(self.obj.original_bytes):
-            return "frames"
-        return "original_bytes"
-
-
-_current_item: contextvars.ContextVar[_Item | None] = contextvars.ContextVar("mmobs_vllm_item", default=None)
-
-
-def _media_kind(obj: object) -> MediaKind | None:
-    """The kind vLLM's ``serialize_item`` treats ``obj`` as, or None for other values."""
-    if isinstance(obj, Image.Image):
-        return "image"
-    if is_media_with_bytes(obj):
-        media = obj.media  # type: ignore[attr-defined]
-        if isinstance(media, Image.Image):
-            return "media_with_bytes"
-        torch = sys.modules.get("torch")
-        if isinstance(media, np.ndarray) or (torch is not None and isinstance(media, torch.Tensor)):
-            return "video"
-    return None
-
-
-def _image_id_bytes(image: Image.Image) -> bytes | None:
-    """vLLM's tolerant ImageID read, reporting what it swallows."""
-    item = _current_item.get()
-    try:
-        image_id = image.getexif().get(IMAGE_ID_TAG)
-        found = image_id.bytes if isinstance(image_id, uuid.UUID) else None
-    except Exception as error:  # noqa: BLE001 - tolerated by vLLM; reported here
-        if item is not None and item.kind == "media_with_bytes":
-            event = ExifFallback("media_with_bytes", error, "original_bytes", image, item.obj.original_bytes)
-        else:
-            event = ExifFallback("image", error, "pixels", image, None)
-        get_observer().exif_fallback(event)
-        found = None
-    if item is not None:
-        item.image_id = found
-    return found
-
-
-def _serialize_item(original: Callable[..., Iterable[Any]]) -> Callable[..., Iterable[Any]]:
-    @functools.wraps(original)
-    def serialize_item(cls: type, obj: object) -> Iterable[Any]:
-        kind = _media_kind(obj)
-        if kind is None:
-            return original(cls, obj)
-        item = _Item(kind, obj)
-        token = _current_item.set(item)
-        try:
-            chunks = original(cls, obj)  # vLLM reads the ImageID here, eagerly
-        finally:
-            _current_item.reset(token)
-        observer = get_observer()
-        source = item.key_source()
-        if observer.wants_item_digest(kind, obj):
-            return _teed(chunks, kind, source, obj)
-        observer.media_keyed(MediaKeyed(kind, source, obj, None))
-        return chunks
-
-    return serialize_item
-
-
-def _teed(chunks: Iterable[Any], kind: MediaKind, source: KeySource, obj: object) -> Iterator[Any]:
-    """The chunks, unchanged, with the item's own digest reported once they are consumed."""
-    from blake3 import blake3
-
-    tee = blake3()
-    for chunk in chunks:
-        tee.update(chunk)
-        yield chunk
-    get_observer().media_keyed(MediaKeyed(kind, source, obj, tee.hexdigest()))
-
-
-class _HashCall:
-    __slots__ = ("nbytes",)
-
-    def __init__(self) -> None:
-        self.nbytes = 0
-
-
-_current_hash: contextvars.ContextVar[_HashCall | None] = contextvars.ContextVar("mmobs_vllm_hash", default=None)
-
-
-class _CountingDigest:
-    """vLLM's digest, counting the bytes fed to it for the hash call in progress."""
-
-    __slots__ = ("_call", "_digest")
-
-    def __init__(self, digest: Any, call: _HashCall) -> None:
-        self._digest = digest
-        self._call = call
-
-    def update(self, data: Any) -> None:
-        self._digest.update(data)
-        self._call.nbytes += data.nbytes if isinstance(data, memoryview) else len(data)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._digest, name)
-
-
-def _counting_factory(original: Callable[[Any], Callable[[], Any]]) -> Callable[[Any], Callable[[], Any]]:
-    @functools.wraps(original)
-    def get_hasher_factory(algorithm: Any) -> Callable[[], Any]:
-        factory = original(algorithm)
-        call = _current_hash.get()
-        if call is None:  # called outside hash_kwargs: nothing to count
-            return factory
-        return lambda: _CountingDigest(factory(), call)
-
-    return get_hasher_factory
-
-
-def _hash_kwargs(original: Callable[..., str]) -> Callable[..., str]:
-    @functools.wraps(original)
-    def hash_kwargs(cls: type, algorithm: Any, /, **kwargs: object) -> str:
-        call = _HashCall()
-        token = _current_hash.set(call)
-        started = perf_counter()
-        try:
-            key = original(cls, algorithm, **kwargs)
-        finally:
-            _current_hash.reset(token)
-        get_observer().hashed(str(algorithm), perf_counter() - started, call.nbytes)
-        return key
-
-    return hash_kwargs
-
-
-def _normalize_image(image: Image.Image) -> Image.Image:
-    """vLLM's ``normalize_image`` (EXIF orientation, any failure tolerated), reporting failures."""
-    try:
-        return ImageOps.exif_transpose(image)
-    except Exception as error:  # noqa: BLE001 - tolerated by vLLM; reported here
-        get_observer().exif_transpose_failed(TransposeFailure(error, image))
-        return image
-
-
-def _load_bytes(original: Callable[[Any, bytes], Any], *, guard: bool) -> Callable[[Any, bytes], Any]:
-    """vLLM's loader, its refusals counted; with the guard, mmobs's structural checks first.
-
-    The guard refuses, before Pillow sees them, the inputs whose structure
-    would cost far more to decode than a plain image of their size (see
-    :mod:`mmobs.keys.guard`), as a :class:`~mmobs.errors.BadImageError`: a
-    ``ValueError``, which vLLM already answers with a 400. With the guard on,
-    a decode error vLLM would let escape as something else (``struct.error``,
-    Pillow's ``DecompressionBombError``) becomes that ``ValueError`` too, so a
-    bad image is a 400 and never a 500. Accepted images load, and key, as before.
-    """
-
-    @functools.wraps(original)
-    def load_bytes(self: Any, data: bytes) -> Any:
-        if guard:
-            try:
-                check_image_bytes(data, max_pixels=_vllm_max_pixels())
-            except BadImageError as error:
-                raise _named(report_bad_image(error)) from None
-        try:
-            return original(self, data)
-        except MemoryError:
-            raise
-        except Exception as error:
-            refusal = report_bad_image(_refusal(error) if data else empty_image_error())
-            if guard and not isinstance(error, ValueError):
-                raise _named(refusal) from error
-            setattr(error, _REPORTED, True)  # for _load_data_url, which this call is inside of
-            raise
-
-    return load_bytes
-
-
-#: Set on an exception whose refusal was already counted on its way out of the loader.
-_REPORTED = "__mmobs_reported__"
-
-
-def _load_data_url(original: Callable[..., Any], loader_class: type, *, guard: bool) -> Callable[..., Any]:
-    """vLLM's data-URL reader, counting the image URLs it refuses before any image loader sees them.
-
-    A URL without its ``,``, one not base64-encoded, or a payload that is not
-    base64 never reaches ``load_bytes``: this counts them as ``bad_data_url`` or
-    ``bad_base64`` (refusals of the loader inside were counted there already).
-    vLLM answers a URL that is not base64 with ``501 Not Implemented``, which a
-    client takes for the server's fault and retries; with the guard on it is the
-    ``ValueError`` vLLM answers with a 400, as the others are.
-    """
-
-    @functools.wraps(original)
-    def load_data_url(self: Any, url: str, media_io: Any) -> Any:
-        try:
-            return original(self, url, media_io)
-        except Exception as error:
-            if not isinstance(media_io, loader_class) or getattr(error, _REPORTED, False):
-                raise
-            reason: BadImageReason = "bad_base64" if isinstance(error, binascii.Error) else "bad_data_url"
-            refusal = report_bad_image(BadImageError(reason, f"{type(error).__name__}: {error}"[:300]))
-            if guard and not isinstance(error, ValueError):
-                raise _named(refusal) from error
-            raise
-
-    return load_data_url
-
-
-def _named(refusal: BadImageError) -> BadImageError:
-    """The refusal as vLLM's 400 shows it: its message after its reason (``too_costly: the JPEG has...``)."""
-    named = BadImageError(refusal.reason, f"{refusal.reason}: {refusal.message}")  # type: ignore[arg-type]
-    named.reported = True
-    setattr(named, _REPORTED, True)
-    return named
-
-
-def _vllm_max_pixels() -> int | None:
-    """vLLM's own pixel limit (``VLLM_MAX_IMAGE_PIXELS``; 0 or less means none)."""
-    envs = sys.modules.get("vllm.envs")
-    limit = getattr(envs, "VLLM_MAX_IMAGE_PIXELS", 0) if envs is not None else 0
-    return limit if isinstance(limit, int) and limit > 0 else None
-
-
-def _refusal(error: Exception) -> BadImageError:
-    """What vLLM's loader refused, with mmobs's reason.
-
-    The loader does nothing but decode the bytes it was given, so whatever it
-    raises (but a MemoryError) is about them: vLLM wraps Pillow's error as the
-    ``__cause__`` of a ``ValueError``, or raises its own limit messages.
-    """
-    if isinstance(error, BadImageError):
-        return error
-    text = str(error)
-    if ("pixels" in text and "exceed" in text) or "VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES" in text:
-        return BadImageError("too_many_pixels", text[:300])
-    cause = error.__cause__ if isinstance(error, ValueError) and error.__cause__ is not None else error
-    return bad_image_from_pillow(cause, "image")
+# -- the context carriers and the start-up guard ---------------------------------------
 
 
 def _context_make_async(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,0 +1,95 @@
+"""The ``mmobs_vllm_*decode*`` series: the decodes the API server skipped on processor-cache hits, and their cost.
+
+Declared apart from :mod:`mmobs.observability.metrics` for the reason
+:mod:`mmobs.vllm.cache_metrics` is: they exist only where the plugin runs, on
+vLLM's ``/metrics``. No labels. The index gauges are per process and summed
+over the live API servers when ``--api-server-count`` above 1 shares a
+``PROMETHEUS_MULTIPROC_DIR`` (each server has its own index and cache).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+
+from mmobs.observability.metrics import MetricSpec
+
+__all__ = ["DECODE_SKIP_METRICS", "METRIC_NAMES", "DecodeSkipMetrics", "decode_skip_metrics"]
+
+DECODE_SKIP_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "skipped_decodes", Counter, "mmobs_vllm_skipped_decodes_total",
+        "Images the API server did not decode again: bytes it had decoded before, whose key its multimodal "
+        "processor cache held (a decode-free cache hit).", (),
+    ),
+    MetricSpec(
+        "skipped_decode_cpu", Counter, "mmobs_vllm_skipped_decode_cpu_seconds_total",
+        "CPU seconds the skipped decodes took when the same bytes were decoded before: the API server CPU "
+        "not spent again (less mmobs_vllm_late_decode_cpu_seconds_total).", (),
+    ),
+    MetricSpec(
+        "late_decodes", Counter, "mmobs_vllm_late_decodes_total",
+        "Skipped decodes done after all, because something read the pixels: the item left the processor cache "
+        "between the loader's lookup and the processor's.", (),
+    ),
+    MetricSpec(
+        "late_decode_cpu", Counter, "mmobs_vllm_late_decode_cpu_seconds_total",
+        "CPU seconds the late decodes took.", (),
+    ),
+    MetricSpec(
+        "index_entries", Gauge, "mmobs_vllm_decoded_index_entries",
+        "Decodes the API server remembers (by the digest of their bytes) to skip them next time.", (),
+        {"multiprocess_mode": "livesum"},
+    ),
+    MetricSpec(
+        "index_bytes", Gauge, "mmobs_vllm_decoded_index_bytes",
+        "Approximate memory of the remembered decodes (bounded by MMOBS_VLLM_DECODED_INDEX_BYTES).", (),
+        {"multiprocess_mode": "livesum"},
+    ),
+)  # fmt: skip
+
+#: Every family name above (counters with their ``_total``), for the dashboards' and rules' checks.
+METRIC_NAMES: frozenset[str] = frozenset(spec.name for spec in DECODE_SKIP_METRICS)
+
+
+class DecodeSkipMetrics:
+    """The series of :data:`DECODE_SKIP_METRICS` in one registry (default: the global one), at zero from the start."""
+
+    skipped_decodes: Counter
+    skipped_decode_cpu: Counter
+    late_decodes: Counter
+    late_decode_cpu: Counter
+    index_entries: Gauge
+    index_bytes: Gauge
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry = REGISTRY if registry is None else registry
+        for spec in DECODE_SKIP_METRICS:
+            setattr(self, spec.attribute, spec.build(registry))
+
+    def skipped(self, cpu_seconds: float) -> None:
+        self.skipped_decodes.inc()
+        self.skipped_decode_cpu.inc(cpu_seconds)
+
+    def late(self, cpu_seconds: float) -> None:
+        self.late_decodes.inc()
+        self.late_decode_cpu.inc(cpu_seconds)
+
+    def index_size(self, entries: int, nbytes: int) -> None:
+        self.index_entries.set(entries)
+        self.index_bytes.set(nbytes)
+
+
+_metrics: DecodeSkipMetrics | None = None
+_metrics_lock = threading.Lock()
+
+
+def decode_skip_metrics() -> DecodeSkipMetrics:
+    """The process's series in prometheus_client's default registry (vLLM's ``/metrics``), made once."""
+    global _metrics
+    if _metrics is None:
+        with _metrics_lock:
+            if _metrics is None:
+                _metrics = DecodeSkipMetrics()
+    return _metrics

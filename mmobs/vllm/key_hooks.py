@@ -1,0 +1,190 @@
+"""The plugin's key hooks: vLLM's hasher, reporting what it swallows and what it keyed.
+
+=============================================  =====================================
+vLLM attribute                                 reports
+=============================================  =====================================
+``hasher._get_image_id_bytes``                 ``exif_fallback`` (kind, key source)
+``MultiModalHasher.serialize_item``            ``media_keyed`` (key-source mix, drift)
+``MultiModalHasher.hash_kwargs``,              ``hashed`` (duration, bytes fed)
+``hasher._get_hasher_factory``
+=============================================  =====================================
+
+Each replacement returns exactly what vLLM's own returns. An image whose
+decode was skipped (:mod:`mmobs.vllm.decode_skip`) is keyed by vLLM's own
+``serialize_item`` too, from its original bytes: its ImageID reads are
+answered with what the same bytes' decoded image answered, and report the
+same events.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import sys
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from mmobs.events import ExifFallback, KeySource, MediaKeyed, MediaKind, get_observer
+from mmobs.keys.hashing import IMAGE_ID_TAG
+from mmobs.keys.media import is_media_with_bytes
+from mmobs.vllm import decode_skip
+from mmobs.vllm.lazy_image import LazyImage
+
+__all__ = ["counting_factory", "hash_kwargs", "image_id_bytes", "serialize_item"]
+
+
+@dataclass
+class _Item:
+    """The media item vLLM's ``serialize_item`` is keying in this thread, and what it found."""
+
+    kind: MediaKind
+    obj: Any
+    image_id: bytes | None = None
+
+    def key_source(self) -> KeySource:
+        if self.image_id is not None:
+            return "image_id"
+        if self.kind == "image":
+            return "pixels"
+        if self.kind == "video" and self.obj.media.nbytes < len(self.obj.original_bytes):
+            return "frames"
+        return "original_bytes"
+
+
+_current_item: contextvars.ContextVar[_Item | None] = contextvars.ContextVar("mmobs_vllm_item", default=None)
+
+
+def _media_kind(obj: object) -> MediaKind | None:
+    """The kind vLLM's ``serialize_item`` treats ``obj`` as, or None for other values."""
+    if isinstance(obj, Image.Image):
+        return "image"
+    if is_media_with_bytes(obj):
+        media = obj.media  # type: ignore[attr-defined]
+        if isinstance(media, Image.Image):
+            return "media_with_bytes"
+        torch = sys.modules.get("torch")
+        if isinstance(media, np.ndarray) or (torch is not None and isinstance(media, torch.Tensor)):
+            return "video"
+    return None
+
+
+def image_id_bytes(image: Image.Image) -> bytes | None:
+    """vLLM's tolerant ImageID read, reporting what it swallows."""
+    item = _current_item.get()
+    error: BaseException | None = None
+    if isinstance(image, LazyImage):
+        found, error = image.next_image_id_read()
+    else:
+        try:
+            image_id = image.getexif().get(IMAGE_ID_TAG)
+            found = image_id.bytes if isinstance(image_id, uuid.UUID) else None
+        except Exception as raised:  # noqa: BLE001 - tolerated by vLLM; reported here
+            found, error = None, raised
+        if item is not None:
+            decode_skip.note_image_id_read(item.obj, found, error)
+    if error is not None:
+        if item is not None and item.kind == "media_with_bytes":
+            event = ExifFallback("media_with_bytes", error, "original_bytes", image, item.obj.original_bytes)
+        else:
+            event = ExifFallback("image", error, "pixels", image, None)
+        get_observer().exif_fallback(event)
+    if item is not None:
+        item.image_id = found
+    return found
+
+
+def serialize_item(original: Callable[..., Iterable[Any]]) -> Callable[..., Iterable[Any]]:
+    @functools.wraps(original)
+    def serialize_item(cls: type, obj: object) -> Iterable[Any]:
+        kind = _media_kind(obj)
+        if kind is None:
+            return original(cls, obj)
+        item = _Item(kind, obj)
+        token = _current_item.set(item)
+        try:
+            chunks = original(cls, obj)  # vLLM reads the ImageID here, eagerly
+        finally:
+            _current_item.reset(token)
+        observer = get_observer()
+        source = item.key_source()
+        if observer.wants_item_digest(kind, obj):
+            return _teed(chunks, kind, source, obj)
+        observer.media_keyed(MediaKeyed(kind, source, obj, None))
+        return chunks
+
+    return serialize_item
+
+
+def _teed(chunks: Iterable[Any], kind: MediaKind, source: KeySource, obj: object) -> Iterator[Any]:
+    """The chunks, unchanged, with the item's own digest reported once they are consumed."""
+    from blake3 import blake3
+
+    tee = blake3()
+    for chunk in chunks:
+        tee.update(chunk)
+        yield chunk
+    get_observer().media_keyed(MediaKeyed(kind, source, obj, tee.hexdigest()))
+
+
+class _HashCall:
+    __slots__ = ("nbytes",)
+
+    def __init__(self) -> None:
+        self.nbytes = 0
+
+
+_current_hash: contextvars.ContextVar[_HashCall | None] = contextvars.ContextVar("mmobs_vllm_hash", default=None)
+
+
+class _CountingDigest:
+    """vLLM's digest, counting the bytes fed to it for the hash call in progress."""
+
+    __slots__ = ("_call", "_digest")
+
+    def __init__(self, digest: Any, call: _HashCall) -> None:
+        self._digest = digest
+        self._call = call
+
+    def update(self, data: Any) -> None:
+        self._digest.update(data)
+        self._call.nbytes += data.nbytes if isinstance(data, memoryview) else len(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._digest, name)
+
+
+def counting_factory(original: Callable[[Any], Callable[[], Any]]) -> Callable[[Any], Callable[[], Any]]:
+    @functools.wraps(original)
+    def get_hasher_factory(algorithm: Any) -> Callable[[], Any]:
+        factory = original(algorithm)
+        call = _current_hash.get()
+        if call is None:  # called outside hash_kwargs: nothing to count
+            return factory
+        return lambda: _CountingDigest(factory(), call)
+
+    return get_hasher_factory
+
+
+def hash_kwargs(original: Callable[..., str]) -> Callable[..., str]:
+    @functools.wraps(original)
+    def hash_kwargs(cls: type, algorithm: Any, /, **kwargs: object) -> str:
+        call = _HashCall()
+        token = _current_hash.set(call)
+        started = perf_counter()
+        try:
+            key = original(cls, algorithm, **kwargs)
+        finally:
+            _current_hash.reset(token)
+        get_observer().hashed(str(algorithm), perf_counter() - started, call.nbytes)
+        image = kwargs.get("image")
+        if image is not None:  # an image item's mm_hash, as the processor cache knows it
+            decode_skip.note_key(image, key)
+        return key
+
+    return hash_kwargs

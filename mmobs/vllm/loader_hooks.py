@@ -1,0 +1,174 @@
+"""The plugin's loader hooks: vLLM's image loader, its refusals counted, its decodes skipped where nobody reads them.
+
+=============================================  =====================================
+vLLM attribute                                 reports
+=============================================  =====================================
+``image.normalize_image`` (and every module    ``exif_transpose_failed``
+that imported it by name, Molmo2's included)
+``ImageMediaIO.load_bytes``                    ``bad_image`` (reason from the cause)
+``MediaConnector._load_data_url``              ``bad_image`` (``bad_data_url``,
+                                               ``bad_base64``)
+=============================================  =====================================
+
+With the guard (``MMOBS_VLLM_GUARD=1``) mmobs's structural checks run before
+vLLM decodes; with decode-free hits (:mod:`mmobs.vllm.decode_skip`, on by
+default) bytes this process already decoded, whose key the processor cache
+holds, are not decoded again.
+"""
+
+from __future__ import annotations
+
+import binascii
+import functools
+import io
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from PIL import Image, ImageOps
+
+from mmobs.errors import BadImageError, BadImageReason
+from mmobs.events import TransposeFailure, get_observer
+from mmobs.keys.guard import check_image_bytes
+from mmobs.keys.loader import bad_image_from_pillow, empty_image_error, report_bad_image
+from mmobs.vllm import decode_skip
+
+__all__ = ["load_bytes", "load_data_url", "normalize_image", "vllm_max_pixels", "vllm_message"]
+
+
+def normalize_image(image: Image.Image) -> Image.Image:
+    """vLLM's ``normalize_image`` (EXIF orientation, any failure tolerated), reporting failures."""
+    decode_skip.note_open(image)
+    try:
+        return ImageOps.exif_transpose(image)
+    except Exception as error:  # noqa: BLE001 - tolerated by vLLM; reported here
+        failure = TransposeFailure(error, image)
+        get_observer().exif_transpose_failed(failure)
+        decode_skip.note_transpose_failure(failure)
+        return image
+
+
+def load_bytes(
+    original: Callable[[Any, bytes], Any], *, guard: bool, skipper: decode_skip.DecodeSkipper | None = None
+) -> Callable[[Any, bytes], Any]:
+    """vLLM's loader, its refusals counted; with the guard, mmobs's structural checks first.
+
+    The guard refuses, before Pillow sees them, the inputs whose structure
+    would cost far more to decode than a plain image of their size (see
+    :mod:`mmobs.keys.guard`), as a :class:`~mmobs.errors.BadImageError`: a
+    ``ValueError``, which vLLM already answers with a 400. With the guard on,
+    a decode error vLLM would let escape as something else (``struct.error``,
+    Pillow's ``DecompressionBombError``) becomes that ``ValueError`` too, so a
+    bad image is a 400 and never a 500. Accepted images load, and key, as before.
+    """
+    decode = original if skipper is None else functools.partial(skipper.load, original)
+
+    @functools.wraps(original)
+    def load_bytes(self: Any, data: bytes) -> Any:
+        if guard:
+            try:
+                check_image_bytes(data, max_pixels=vllm_max_pixels())
+            except BadImageError as error:
+                raise _named(report_bad_image(error), vllm_message(error, data)) from None
+        try:
+            return decode(self, data)
+        except MemoryError:
+            raise
+        except Exception as error:
+            refusal = report_bad_image(_refusal(error) if data else empty_image_error())
+            if guard and not isinstance(error, ValueError):
+                raise _named(refusal) from error
+            setattr(error, _REPORTED, True)  # for _load_data_url, which this call is inside of
+            raise
+
+    return load_bytes
+
+
+#: Set on an exception whose refusal was already counted on its way out of the loader.
+_REPORTED = "__mmobs_reported__"
+
+
+def load_data_url(original: Callable[..., Any], loader_class: type, *, guard: bool) -> Callable[..., Any]:
+    """vLLM's data-URL reader, counting the image URLs it refuses before any image loader sees them.
+
+    A URL without its ``,``, one not base64-encoded, or a payload that is not
+    base64 never reaches ``load_bytes``: this counts them as ``bad_data_url`` or
+    ``bad_base64`` (refusals of the loader inside were counted there already).
+    vLLM answers a URL that is not base64 with ``501 Not Implemented``, which a
+    client takes for the server's fault and retries; with the guard on it is the
+    ``ValueError`` vLLM answers with a 400, as the others are.
+    """
+
+    @functools.wraps(original)
+    def load_data_url(self: Any, url: str, media_io: Any) -> Any:
+        try:
+            return original(self, url, media_io)
+        except Exception as error:
+            if not isinstance(media_io, loader_class) or getattr(error, _REPORTED, False):
+                raise
+            reason: BadImageReason = "bad_base64" if isinstance(error, binascii.Error) else "bad_data_url"
+            refusal = report_bad_image(BadImageError(reason, f"{type(error).__name__}: {error}"[:300]))
+            if guard and not isinstance(error, ValueError):
+                raise _named(refusal) from error
+            raise
+
+    return load_data_url
+
+
+def _named(refusal: BadImageError, vllm_text: str | None = None) -> BadImageError:
+    """The refusal as vLLM's 400 shows it: its message after its reason (``too_costly: the JPEG has...``).
+
+    Where the guard refuses what vLLM itself refuses, vLLM's own message follows
+    mmobs's, so that clients (and vLLM's tests) that match vLLM's wording still do.
+    """
+    message = f"{refusal.reason}: {refusal.message}"
+    if vllm_text is not None:
+        message = f"{message} ({vllm_text})"
+    named = BadImageError(refusal.reason, message)  # type: ignore[arg-type]
+    named.reported = True
+    setattr(named, _REPORTED, True)
+    return named
+
+
+def vllm_max_pixels() -> int | None:
+    """vLLM's own pixel limit (``VLLM_MAX_IMAGE_PIXELS``; 0 or less means none)."""
+    envs = sys.modules.get("vllm.envs")
+    limit = getattr(envs, "VLLM_MAX_IMAGE_PIXELS", 0) if envs is not None else 0
+    return limit if isinstance(limit, int) and limit > 0 else None
+
+
+def vllm_message(refusal: BadImageError, data: bytes) -> str | None:
+    """vLLM's own words for a guard refusal that vLLM would make too (its pixel limit), else None.
+
+    Only on that refusal's path: the header is opened again to read the size vLLM reads.
+    """
+    limit = vllm_max_pixels()
+    if refusal.reason != "too_many_pixels" or limit is None:
+        return None
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+    except Exception:  # noqa: BLE001 - Pillow cannot open it: vLLM would not reach its pixel check
+        return None
+    if width * height <= limit:
+        return None
+    return (
+        f"Image dimensions {width}x{height} ({width * height} pixels) exceed the maximum of {limit} pixels. "
+        "Set VLLM_MAX_IMAGE_PIXELS to increase this limit."
+    )
+
+
+def _refusal(error: Exception) -> BadImageError:
+    """What vLLM's loader refused, with mmobs's reason.
+
+    The loader does nothing but decode the bytes it was given, so whatever it
+    raises (but a MemoryError) is about them: vLLM wraps Pillow's error as the
+    ``__cause__`` of a ``ValueError``, or raises its own limit messages.
+    """
+    if isinstance(error, BadImageError):
+        return error
+    text = str(error)
+    if ("pixels" in text and "exceed" in text) or "VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES" in text:
+        return BadImageError("too_many_pixels", text[:300])
+    cause = error.__cause__ if isinstance(error, ValueError) and error.__cause__ is not None else error
+    return bad_image_from_pillow(cause, "image")
