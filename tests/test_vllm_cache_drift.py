@@ -314,10 +314,11 @@ def test_concurrent_multi_image_load_is_all_200(
     statuses, errors = load(healing_server, clients, requests, stream_every=stream_every)
     moved = delta(before, counters(healing_server))
     assert statuses == Counter({200: requests}), (statuses, errors[:3])
-    # Re-sent images were decode-free hits; some left the cache before the processor read them: decoded late.
+    # Re-sent images were decode-free hits; those that left the cache before the processor read them were
+    # decoded late (how many is timing: tests/test_vllm_decode_free_hits.py makes one deterministically).
     decodes = delta(decodes_before, healing_server.samples("mmobs_vllm_"))
-    assert decodes[series(SKIPPED)] > 0 and decodes[series(LATE)] > 0, decodes
-    assert decodes[series(LATE)] <= decodes[series(SKIPPED)]
+    assert decodes[series(SKIPPED)] > 0, decodes
+    assert decodes.get(series(LATE), 0) <= decodes[series(SKIPPED)]
     # A drift fails one attempt of a request: P0's first lost item, or the engine's miss (naming all of them).
     drifted = moved.get(series(SENDER_MISSES), 0) + engine_misses(healing_server) - misses
     assert drifted > 0, "the load no longer drifts: nothing was proven"

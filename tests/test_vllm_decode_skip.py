@@ -57,7 +57,12 @@ def vllm_parts(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[types.SimpleN
         cache = LruKeyReplicatedSenderCache(config)
         assert cache in skipper.caches
         yield types.SimpleNamespace(
-            loader=ImageMediaIO, hasher=MultiModalHasher, cache=cache, item=MultiModalKwargsItem, skipper=skipper
+            loader=ImageMediaIO,
+            hasher=MultiModalHasher,
+            cache=cache,
+            item=MultiModalKwargsItem,
+            skipper=skipper,
+            plugin=plugin,
         )
     finally:
         plugin.unregister()
@@ -288,3 +293,19 @@ def test_the_guard_keeps_vllms_own_message_where_vllm_refuses_too(
     # Below vLLM's limit, a refusal that is mmobs's alone keeps mmobs's words only.
     monkeypatch.setenv("VLLM_MAX_IMAGE_PIXELS", "0")
     assert loader_hooks.vllm_message(BadImageError("too_many_pixels", "wide"), data) is None
+
+
+def test_a_vllm_whose_loader_defers_decoding_is_left_alone(vllm_parts: types.SimpleNamespace) -> None:
+    """A loader that hands on an image not yet decoded (upstream's lazy media, after 0.33) declines the plan."""
+    from vllm.multimodal.media.base import MediaWithBytes
+
+    from mmobs.vllm.plugin import _probe_decodes
+    from mmobs.vllm.shape import ShapeMismatch
+
+    def deferring(loader: object, data: bytes) -> Any:
+        return MediaWithBytes(Image.open(io.BytesIO(data)), data)  # opened, not decoded
+
+    with pytest.raises(ShapeMismatch, match="no longer decodes eagerly"):
+        _probe_decodes(deferring, vllm_parts.loader, MediaWithBytes)
+    (original,) = [r.original for r in vllm_parts.plugin._applied if r.name == "load_bytes"]
+    _probe_decodes(original, vllm_parts.loader, MediaWithBytes)  # vLLM 0.33's own loader passes

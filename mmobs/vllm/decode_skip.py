@@ -103,10 +103,10 @@ class Record:
     keys: tuple[str, ...] = ()
 
     def nbytes(self) -> int:
-        """An upper bound of what the record holds (the index's byte budget counts this)."""
+        """An upper bound of what the record holds (the index's byte budget counts this), its keys to come included."""
         texts = sum(len(str(error)) + 64 for error, *_ in self.transpose_failures)
         texts += sum(len(str(error)) + 64 for _, error in self.image_id_reads if error is not None)
-        return 512 + 80 * len(self.keys) + texts
+        return 512 + 80 * MAX_KEYS + texts
 
 
 class DecodedIndex:
@@ -175,7 +175,6 @@ class _Pending:
     media_ref: weakref.ref[Any]
     key: IndexKey
     record: Record
-    indexed: bool = False
 
 
 class DecodeSkipper:
