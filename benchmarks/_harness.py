@@ -313,6 +313,16 @@ def machine_lines(argv: Sequence[str]) -> list[tuple[str, str]]:
     ]
 
 
+def machine_table(argv: Sequence[str], wanted: Sequence[str] | None = None) -> str:
+    """:func:`machine_lines` as a Markdown table (the command in backticks), only the ``wanted`` rows if given."""
+    rows = [[k, f"`{v}`" if k == "command" else v] for k, v in machine_lines(argv) if wanted is None or k in wanted]
+    return table(["", ""], rows)
+
+
+#: The machine rows the running-server benchmarks print (the rest says little about two servers side by side).
+SERVER_MACHINE_ROWS = ("command", "cpu", "system", "load average at start", "python")
+
+
 def now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S %Z")
 

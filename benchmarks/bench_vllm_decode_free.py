@@ -293,9 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     out(f"# Decode-free cache hits in a running vLLM server ({'quick' if cfg.quick else 'full'} run, {harness.now()})")
     out()
     command = sys.argv if argv is None else ["benchmarks/bench_vllm_decode_free.py", *argv]
-    wanted = ("command", "cpu", "system", "load average at start", "python")
-    machine = [[k, f"`{v}`" if k == "command" else v] for k, v in harness.machine_lines(command) if k in wanted]
-    out(harness.table(["", ""], machine))
+    out(harness.machine_table(command, harness.SERVER_MACHINE_ROWS))
     out()
     run(cfg, out, args.rounds)
     if args.output:

@@ -683,9 +683,7 @@ def main(argv: list[str] | None = None) -> int:
     out(f"# mmobs inside a running vLLM server ({'quick' if cfg.quick else 'full'} run, {harness.now()})")
     out()
     command = sys.argv if argv is None else ["benchmarks/bench_vllm_server.py", *argv]
-    wanted = ("command", "cpu", "system", "load average at start", "python")
-    rows = [[k, f"`{v}`" if k == "command" else v] for k, v in harness.machine_lines(command) if k in wanted]
-    out(harness.table(["", ""], rows))
+    out(harness.machine_table(command, harness.SERVER_MACHINE_ROWS))
     out()
     run(cfg, out, args.rounds, [extra for extra in EXTRAS if getattr(args, extra)])
     if args.output:

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     out(f"# mmobs benchmarks ({'quick' if cfg.quick else 'full'} run, {harness.now()})")
     out()
     command = sys.argv if argv is None else ["benchmarks/run.py", *argv]
-    out(harness.table(["", ""], [[k, f"`{v}`" if k == "command" else v] for k, v in harness.machine_lines(command)]))
+    out(harness.machine_table(command))
     out()
     default_observer = get_observer()
     for name in chosen:

@@ -309,3 +309,19 @@ def test_a_vllm_whose_loader_defers_decoding_is_left_alone(vllm_parts: types.Sim
         _probe_decodes(deferring, vllm_parts.loader, MediaWithBytes)
     (original,) = [r.original for r in vllm_parts.plugin._applied if r.name == "load_bytes"]
     _probe_decodes(original, vllm_parts.loader, MediaWithBytes)  # vLLM 0.33's own loader passes
+
+
+def test_a_stand_in_decoded_before_it_is_keyed_is_keyed_as_the_decoded_image(vllm_parts: types.SimpleNamespace) -> None:
+    """Something read the pixels first (a copy, say): the hasher then reads the image itself, same key and events."""
+    data = IMAGES["seed-broken-exif-jpeg"]
+    _, key, first_events = load_and_key(vllm_parts, data)
+    cache_it(vllm_parts, key)
+    recorder = RecordingObserver()
+    with observing(recorder):
+        media = vllm_parts.loader().load_bytes(data)
+        assert isinstance(media.media, LazyImage)
+        media.media.load()
+        assert media.media.decoded
+        again = vllm_parts.hasher.hash_kwargs("blake3", model_id=MODEL, image=media)
+    assert again == key
+    assert events(recorder) == events(first_events)

@@ -78,7 +78,7 @@ def image_id_bytes(image: Image.Image) -> bytes | None:
     """vLLM's tolerant ImageID read, reporting what it swallows."""
     item = _current_item.get()
     error: BaseException | None = None
-    if isinstance(image, LazyImage):
+    if isinstance(image, LazyImage) and not image.decoded:
         found, error = image.next_image_id_read()
     else:
         try:

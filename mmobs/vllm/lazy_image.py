@@ -77,10 +77,11 @@ class LazyImage(Image.Image):
         return self.__dict__["_mmobs_decode"] is None
 
     def next_image_id_read(self) -> ImageIdRead:
-        """The decoded image's answer to the next EXIF ImageID read (its last answer, repeated, after those)."""
+        """The decoded image's answer to the next EXIF ImageID read (its last answer, repeated, after those).
+
+        For a stand-in not decoded yet; once decoded, it is read as any image is.
+        """
         state = self.__dict__
-        if state["_mmobs_decode"] is None:
-            raise LookupError("decoded: read the EXIF block itself")  # pragma: no cover - the hasher reads first
         reads = state["_mmobs_reads"]
         index = state["_mmobs_next_read"]
         state["_mmobs_next_read"] = index + 1
