@@ -47,6 +47,7 @@ CHAT = "/v1/chat/completions"
 DRIFT_ITEMS = "mmobs_vllm_mm_cache_drift_items_total"
 SENDER_MISSES = "mmobs_vllm_mm_cache_sender_misses_total"
 REDRIFTS = "mmobs_vllm_mm_cache_redrifts_total"
+SENDER_REDRIFTS = "mmobs_vllm_mm_cache_sender_redrifts_total"
 REQUESTS = "mmobs_vllm_mm_cache_drift_requests_total"
 ROLLED_BACK = "mmobs_vllm_mm_cache_rolled_back_items_total"
 SKIPPED = "mmobs_vllm_skipped_decodes_total"
@@ -328,8 +329,16 @@ def test_concurrent_multi_image_load_is_all_200(
 
 def test_with_healing_off_every_failure_of_the_load_is_counted(counting_server: VllmServer) -> None:
     before, misses = counters(counting_server), engine_misses(counting_server)
+    events_before = len(mmobs_lines(counting_server, "mm_cache_drift"))
     statuses, errors = load(counting_server, 6, 72)
     moved = delta(before, counters(counting_server))
+    # Every drift event of the load is counted on its side, its re-drifts too (the poisoned-entry alert's series).
+    events = mmobs_lines(counting_server, "mm_cache_drift")[events_before:]
+    for where, drifted, again in (("sender", SENDER_MISSES, SENDER_REDRIFTS), ("engine", DRIFT_ITEMS, REDRIFTS)):
+        side = [event for event in events if event["where"] == where]
+        repeats = sum(event["redrift"] == "true" for event in side)
+        assert sum(v for k, v in moved.items() if k[0] == drifted) == len(side), where
+        assert sum(v for k, v in moved.items() if k[0] == again) == repeats, where
     failed = sum(count for status, count in statuses.items() if status != 200)
     assert failed > 0 and set(statuses) <= {200, 500, -1}, (statuses, errors[:3])
     assert moved[series(REQUESTS, outcome="failed")] == failed
@@ -411,7 +420,7 @@ def test_dashboards_alerts_and_runbooks_against_a_real_prometheus(counting_serve
         )
         # The drift panels, per model, beside vLLM's hit rate: data for the served model.
         drift_targets = [t for where, _, t in dashboard_targets() if "mmobs_vllm_mm_cache_" in t["expr"]]
-        assert len(drift_targets) == 5
+        assert len(drift_targets) == 6
         for target in drift_targets:
             expr = target["expr"].replace("$__rate_interval", "1m")
             for variable in ("$job", "$instance", "$model_name", "$cluster"):

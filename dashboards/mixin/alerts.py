@@ -191,8 +191,9 @@ def build(config: MixinConfig, *, inline: bool = False) -> list[Alert]:
         "5xx alerts cannot fire meanwhile."
     )
     drift_requests = query.sum_rate(metrics.VLLM_CACHE_DRIFT_REQUESTS)
-    redrifts = query.sum_rate(metrics.VLLM_CACHE_REDRIFTS)
-    drifted_items = query.sum_rate(metrics.VLLM_CACHE_DRIFT_ITEMS)
+    # Where either cache drifts: the engine's misses (by engine) and the API server's own sender-cache misses.
+    redrifts = f"(\n  {query.sum_rate(metrics.VLLM_CACHE_REDRIFTS)}\n  +\n  {query.sum_rate(metrics.VLLM_CACHE_SENDER_REDRIFTS)}\n)"
+    drifted_items = f"(\n  {query.sum_rate(metrics.VLLM_CACHE_DRIFT_ITEMS)}\n  +\n  {query.sum_rate(metrics.VLLM_CACHE_SENDER_MISSES)}\n)"
     return [
         Alert(
             "MmobsExifFallbackRatioHigh",
@@ -309,9 +310,11 @@ def build(config: MixinConfig, *, inline: bool = False) -> list[Alert]:
             "The same vLLM multimodal cache entries drift again and again.",
             "For 10 minutes more than half of the items that drifted in job {{ $labels.job }} had drifted before "
             "(now {{ $value | humanizePercentage }}; mmobs remembers the last 1024 drifted hashes). The same entries "
-            "keep going missing from the engine's cache while the API server believes them cached: a poisoned "
-            "entry, or a working set the cache cannot hold. Find the hashes in the mm_cache_drift log events.",
-            "re-drifts > 50% of drifted items for 10m, above 0.01/s (3 per 5m).\n"
+            "keep going missing, from the engine's cache or from the API server's own sender cache, while the API "
+            "server believes them cached: a poisoned entry, or a working set the cache cannot hold. Find the hashes "
+            "in the mm_cache_drift log events.",
+            "re-drifts > 50% of drifted items for 10m, above 0.01/s (3 per 5m),\n"
+            "engine and sender side together (a small cache drifts on the sender side).\n"
             "Drift is spread over many hashes when caches merely evict differently; when\n"
             "most drifted hashes drifted before, the same few entries fail again and\n"
             "again. The floor keeps a single repeat on a quiet server from firing.",

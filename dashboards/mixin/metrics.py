@@ -60,6 +60,7 @@ MMOBS_METRICS: frozenset[str] = frozenset(
 VLLM_CACHE_DRIFT_ITEMS = "mmobs_vllm_mm_cache_drift_items_total"
 VLLM_CACHE_SENDER_MISSES = "mmobs_vllm_mm_cache_sender_misses_total"
 VLLM_CACHE_REDRIFTS = "mmobs_vllm_mm_cache_redrifts_total"
+VLLM_CACHE_SENDER_REDRIFTS = "mmobs_vllm_mm_cache_sender_redrifts_total"
 VLLM_CACHE_DRIFT_REQUESTS = "mmobs_vllm_mm_cache_drift_requests_total"
 VLLM_CACHE_ROLLED_BACK = "mmobs_vllm_mm_cache_rolled_back_items_total"
 
@@ -68,6 +69,7 @@ VLLM_CACHE_DRIFT_METRICS: frozenset[str] = frozenset(
         VLLM_CACHE_DRIFT_ITEMS,
         VLLM_CACHE_SENDER_MISSES,
         VLLM_CACHE_REDRIFTS,
+        VLLM_CACHE_SENDER_REDRIFTS,
         VLLM_CACHE_DRIFT_REQUESTS,
         VLLM_CACHE_ROLLED_BACK,
     }

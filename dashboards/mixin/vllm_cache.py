@@ -131,7 +131,8 @@ def drift_panels(query: QueryStyle) -> list[dict[str, Any]]:
         timeseries(
             "vLLM multimodal cache drift by model",
             "Items per second, per model: sent by hash but missing from the engine's cache (engine), lost by the "
-            "API server's own sender cache within a request (sender), the same hashes drifting again (re-drift), "
+            "API server's own sender cache within a request (sender), the same hashes drifting again on either side "
+            "(engine re-drift, sender re-drift), "
             "and items taken back out of the sender cache after a refused request (rolled back). Beside the hit "
             "rate: drift means the two caches disagree; runbooks MmobsVllmMmCacheDrift and "
             "MmobsVllmMmCachePoisonedEntry.",
@@ -139,8 +140,9 @@ def drift_panels(query: QueryStyle) -> list[dict[str, Any]]:
             [
                 target(per_model(query, metrics.VLLM_CACHE_DRIFT_ITEMS), "A", "engine {{model_name}}"),
                 target(per_model(query, metrics.VLLM_CACHE_SENDER_MISSES), "B", "sender {{model_name}}"),
-                target(per_model(query, metrics.VLLM_CACHE_REDRIFTS), "C", "re-drift {{model_name}}"),
+                target(per_model(query, metrics.VLLM_CACHE_REDRIFTS), "C", "engine re-drift {{model_name}}"),
                 target(per_model(query, metrics.VLLM_CACHE_ROLLED_BACK), "D", "rolled back {{model_name}}"),
+                target(per_model(query, metrics.VLLM_CACHE_SENDER_REDRIFTS), "E", "sender re-drift {{model_name}}"),
             ],
         ),
         timeseries(

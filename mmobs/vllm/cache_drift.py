@@ -128,6 +128,8 @@ class DriftBook:
         """P0's sender cache lost ``mm_hash`` between its lookup and its update (vLLM would assert)."""
         self.metrics.sender_misses.inc()
         again = self.recent_hashes.put(mm_hash, None)
+        if again:
+            self.metrics.sender_redrifts.inc()
         self._event(request_id, mm_hash, "sender", modality=modality, redrift=again)
 
     def failure_of(self, request_id: str) -> DriftFailure | None:

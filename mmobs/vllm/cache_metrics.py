@@ -51,6 +51,11 @@ CACHE_DRIFT_METRICS: tuple[MetricSpec, ...] = (
         "the same entry drifting again and again (a poisoned entry).", ("engine",),
     ),
     MetricSpec(
+        "sender_redrifts", Counter, "mmobs_vllm_mm_cache_sender_redrifts_total",
+        "Sender-cache misses (mmobs_vllm_mm_cache_sender_misses_total) whose hash had drifted before, on either "
+        "side, among the recently drifted hashes mmobs remembers: the API server's side of a poisoned entry.", (),
+    ),
+    MetricSpec(
         "drift_requests", Counter, "mmobs_vllm_mm_cache_drift_requests_total",
         "Requests failed by cache drift, by outcome: healed (resubmitted once with the items' data, answered) "
         "or failed (the client got an error: a 503 with Retry-After, or vLLM's own error with healing off).",
@@ -79,6 +84,7 @@ class CacheDriftMetrics:
     drift_items: Counter
     sender_misses: Counter
     redrifts: Counter
+    sender_redrifts: Counter
     drift_requests: Counter
     rolled_back_items: Counter
 
@@ -91,6 +97,7 @@ class CacheDriftMetrics:
         self.engine("0")  # the one engine every deployment has: its series exist at zero
         self.outcome = {outcome: self.drift_requests.labels(outcome) for outcome in OUTCOMES}
         self.sender_misses.inc(0)
+        self.sender_redrifts.inc(0)
         self.rolled_back_items.inc(0)
 
     def engine(self, label: str) -> tuple[Any, Any]:
