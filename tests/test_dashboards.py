@@ -635,3 +635,12 @@ def test_promtool_test_rules() -> None:
 @pytest.mark.prometheus
 def test_promtool_check_config() -> None:
     run_promtool("check", "config", PROMETHEUS / "prometheus.yml")
+
+
+def test_the_readme_alert_table_is_the_alert_definitions() -> None:
+    """dashboards/README.md's alert table: every alert of the mixin, in its order, with its runbook, hold and severity."""
+    text = (ROOT / "dashboards" / "README.md").read_text(encoding="utf-8")
+    row = r"^\| \[(Mmobs\w+)\]\(\.\./docs/runbooks/(Mmobs\w+)\.md\) \| [^|]+ \| (\w+) \| (\w+) \|$"
+    listed = re.findall(row, text, flags=re.MULTILINE)
+    defined = [(a.name, a.name, a.hold or "0m", a.severity) for a in alerts.build(MixinConfig())]
+    assert listed == defined
