@@ -106,20 +106,27 @@ def decode_panels(query: QueryStyle) -> list[dict[str, Any]]:
         timeseries(
             "Remembered decodes",
             "Decodes each API server remembers by the digest of their bytes, to skip them when the same bytes come "
-            "again (bounded by MMOBS_VLLM_DECODED_INDEX_ENTRIES and MMOBS_VLLM_DECODED_INDEX_BYTES), and the memory "
-            "they take.",
+            "again (bounded by MMOBS_VLLM_DECODED_INDEX_ENTRIES, 16384 by default).",
             "short",
             [
                 target(
                     query.aggregate("sum", query.select(metrics.VLLM_DECODED_INDEX_ENTRIES), ["instance"]),
                     "A",
-                    "entries {{instance}}",
-                ),
+                    "{{instance}}",
+                )
+            ],
+        ),
+        timeseries(
+            "Remembered decodes' memory",
+            "What the remembered decodes take in each API server (bounded by MMOBS_VLLM_DECODED_INDEX_BYTES, 16 MiB "
+            "by default; a record is counted as 832 bytes and its error texts).",
+            "bytes",
+            [
                 target(
                     query.aggregate("sum", query.select(metrics.VLLM_DECODED_INDEX_BYTES), ["instance"]),
-                    "B",
-                    "bytes {{instance}}",
-                ),
+                    "A",
+                    "{{instance}}",
+                )
             ],
         ),
     ]
@@ -203,12 +210,12 @@ def mmobs_panels(query: QueryStyle) -> list[dict[str, Any]]:
 def lines(query: QueryStyle) -> list[GridLine]:
     """The row header, vLLM's hit rate beside the drift panels, vLLM's lookups beside the decodes saved, then mmobs's three."""
     hit, lookups = vllm_panels(query)
-    saved, remembered = decode_panels(query)
+    saved, remembered, memory = decode_panels(query)
     drift, outcomes = drift_panels(query)
     fallback, sources, latency = mmobs_panels(query)
     return [
         [(row(TITLE), 24, 1)],
         [(hit, 8, 8), (drift, 8, 8), (outcomes, 8, 8)],
-        [(lookups, 8, 8), (saved, 8, 8), (remembered, 8, 8)],
+        [(lookups, 8, 8), (saved, 8, 8), (remembered, 4, 8), (memory, 4, 8)],
         [(fallback, 8, 8), (sources, 8, 8), (latency, 8, 8)],
     ]

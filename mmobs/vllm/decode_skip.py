@@ -32,7 +32,6 @@ import copy
 import functools
 import logging
 import os
-import sys
 import threading
 import weakref
 from collections import OrderedDict
@@ -47,6 +46,7 @@ from PIL import Image
 from mmobs.events import TransposeFailure, get_observer, observing
 from mmobs.vllm.decode_metrics import DecodeSkipMetrics, decode_skip_metrics
 from mmobs.vllm.lazy_image import ImageIdRead, LazyImage, lazy_class
+from mmobs.vllm.shape import vllm_max_pixels
 
 __all__ = [
     "DECODE_SKIP_ENV",
@@ -342,10 +342,9 @@ def _add_key(record: Record, key: str) -> None:
 
 def _within_pixel_limit(record: Record) -> bool:
     """vLLM's pixel limit as it reads it now (an environment variable): else its loader refuses, in its words."""
-    envs = sys.modules.get("vllm.envs")
-    limit = getattr(envs, "VLLM_MAX_IMAGE_PIXELS", 0) if envs is not None else 0
+    limit = vllm_max_pixels()
     width, height = record.open_size
-    return not (isinstance(limit, int) and limit > 0 and width * height > limit)
+    return limit is None or width * height <= limit
 
 
 def _detached(error: BaseException) -> BaseException:

@@ -32,8 +32,9 @@ from mmobs.events import TransposeFailure, get_observer
 from mmobs.keys.guard import check_image_bytes
 from mmobs.keys.loader import bad_image_from_pillow, empty_image_error, report_bad_image
 from mmobs.vllm import decode_skip
+from mmobs.vllm.shape import vllm_max_pixels
 
-__all__ = ["load_bytes", "load_data_url", "normalize_image", "vllm_max_pixels", "vllm_message"]
+__all__ = ["load_bytes", "load_data_url", "normalize_image", "vllm_message"]
 
 
 def normalize_image(image: Image.Image) -> Image.Image:
@@ -130,25 +131,20 @@ def _named(refusal: BadImageError, vllm_text: str | None = None) -> BadImageErro
     return named
 
 
-def vllm_max_pixels() -> int | None:
-    """vLLM's own pixel limit (``VLLM_MAX_IMAGE_PIXELS``; 0 or less means none)."""
-    envs = sys.modules.get("vllm.envs")
-    limit = getattr(envs, "VLLM_MAX_IMAGE_PIXELS", 0) if envs is not None else 0
-    return limit if isinstance(limit, int) and limit > 0 else None
-
-
 def vllm_message(refusal: BadImageError, data: bytes) -> str | None:
     """vLLM's own words for a guard refusal that vLLM would make too (its pixel limit), else None.
 
-    Only on that refusal's path: the header is opened again to read the size vLLM reads.
+    Only on that refusal's path: the header is opened again, as vLLM opens it (its formats),
+    to read the size vLLM reads.
     """
     limit = vllm_max_pixels()
     if refusal.reason != "too_many_pixels" or limit is None:
         return None
+    formats = getattr(sys.modules.get("vllm.multimodal.image"), "ALLOWED_IMAGE_FORMATS", None)
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with Image.open(io.BytesIO(data), formats=formats) as image:
             width, height = image.size
-    except Exception:  # noqa: BLE001 - Pillow cannot open it: vLLM would not reach its pixel check
+    except Exception:  # noqa: BLE001 - vLLM cannot open it either: it would not reach its pixel check
         return None
     if width * height <= limit:
         return None

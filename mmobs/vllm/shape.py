@@ -2,17 +2,19 @@
 
 Shared by the plugin (:mod:`mmobs.vllm.plugin`) and its cache drift hooks
 (:mod:`mmobs.vllm.cache_hooks`), which each check every target of their plan
-first and raise :class:`ShapeMismatch` naming the first one that is off.
+first and raise :class:`ShapeMismatch` naming the first one that is off; and
+the one reader of a setting vLLM reads at run time, its pixel limit.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ShapeMismatch", "attribute", "function", "module"]
+__all__ = ["ShapeMismatch", "attribute", "function", "module", "vllm_max_pixels"]
 
 
 class ShapeMismatch(Exception):
@@ -46,3 +48,10 @@ def function(owner: Any, name: str, parameters: int | None = None) -> Callable[.
         if count != parameters:
             raise ShapeMismatch(f"{name} takes {count} parameters, expected {parameters}")
     return found  # type: ignore[no-any-return]
+
+
+def vllm_max_pixels() -> int | None:
+    """vLLM's own pixel limit as it reads it now (``VLLM_MAX_IMAGE_PIXELS``; 0 or less means none)."""
+    envs = sys.modules.get("vllm.envs")
+    limit = getattr(envs, "VLLM_MAX_IMAGE_PIXELS", 0) if envs is not None else 0
+    return limit if isinstance(limit, int) and limit > 0 else None
