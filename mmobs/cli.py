@@ -1,4 +1,4 @@
-"""The ``mmobs`` command: hash files, explain their EXIF, print the fingerprint, serve.
+"""The ``mmobs`` command: hash files, explain their EXIF, print the fingerprint, read logs, serve.
 
 Exit codes: 0 success, 1 some input could not be keyed, 2 usage errors.
 """
@@ -13,6 +13,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Sequence
+from importlib import resources
 from io import BytesIO
 from pathlib import Path
 from typing import Any, TextIO
@@ -32,6 +33,7 @@ from mmobs.service.config import CONFIG_ENV, ServiceConfig
 __all__ = ["build_parser", "main"]
 
 _ORIENTATION_TAG = 0x0112
+_XMP_TAG = 700
 
 
 # -- mmobs hash -------------------------------------------------------------------
@@ -181,6 +183,7 @@ def _inspect_file(path: str) -> dict[str, Any]:
     report.update(format=opened.format, mode=opened.mode, size=list(opened.size))
     exif_bytes = opened.info.get("exif")
     report["exif_segment_bytes"] = len(exif_bytes) if exif_bytes else 0
+    report["exif_block"] = _exif_block(opened)
     paths = report["paths"]
     paths["open"] = _read_exif(opened)
     loaded = fresh()
@@ -203,7 +206,54 @@ def _inspect_file(path: str) -> dict[str, Any]:
             report["exif_fallback"] = bool(recorder.fallbacks)
         except BadImageError as error:
             report["error"] = f"{error.reason}: {error.message}"
+    report["verdict"] = _verdict(report)
     return report
+
+
+def _exif_block(image: Image.Image) -> dict[str, Any]:
+    """The file's metadata parsed on its own, apart from any load path: whether the metadata itself is broken.
+
+    Which load path raises depends on what touched the image first (Pillow parses EXIF lazily); the
+    metadata parsed fresh does not. Read as Pillow finds it: a JPEG's, WebP's or PNG's EXIF block
+    (``info["exif"]``), a PNG's hex ``Raw profile type exif`` text, or a TIFF's own directory, whose
+    XMP tag Pillow's transpose reads as bytes. It is malformed when it does not parse, when Pillow
+    warns ``Corrupt EXIF data`` on it, or when the XMP tag is not bytes.
+    """
+    raw = image.info.get("exif")
+    profile = image.info.get("Raw profile type exif")
+    if raw is None and profile is not None:
+        try:
+            raw = bytes.fromhex("".join(str(profile).split("\n")[3:]))
+        except ValueError as error:
+            return {"state": "malformed", "problem": f"the 'Raw profile type exif' text is not hex: {safe_text(error)}"}
+    tags = getattr(image, "tag_v2", None)
+    if raw is None and tags is not None:  # a TIFF: its directory is its EXIF
+        xmp = tags.get(_XMP_TAG)
+        if xmp is not None and not isinstance(xmp, bytes | bytearray):
+            return {"state": "malformed", "problem": f"the XMP tag holds {type(xmp).__name__}, not bytes"}
+        return {"state": "well-formed", "tags": len(tags)}
+    if not raw:
+        return {"state": "none"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            exif = Image.Exif()
+            exif.load(raw)
+            count = len(dict(exif))
+        except Exception as error:  # noqa: BLE001 - reporting it is the point
+            return {"state": "malformed", "problem": f"{type(error).__name__}: {safe_text(error)}"}
+    if caught:
+        return {"state": "malformed", "problem": f"Pillow warns: {safe_text(caught[0].message)}"}
+    return {"state": "well-formed", "tags": count}
+
+
+def _verdict(report: dict[str, Any]) -> str | None:
+    """What the runbook concludes (MmobsExifFallbackRatioHigh, step 4), for a file whose key fell back."""
+    if not report.get("exif_fallback"):
+        return None
+    if report["exif_block"]["state"] == "malformed":
+        return "the file's EXIF block is malformed: a broken input (the runbook's cause 1)"
+    return "the EXIF block parses on its own, yet the read failed: the load path (the runbook's cause 2)"
 
 
 def _unopened(error: Exception) -> dict[str, str]:
@@ -231,10 +281,15 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         )
         for name, result in report["paths"].items():
             print(f"  {name:15} {_describe_path(result)}")
+        block = report["exif_block"]
+        detail = {"malformed": block.get("problem"), "well-formed": f"{block.get('tags')} tags"}.get(block["state"])
+        print(f"  {'EXIF block':15} {block['state']}" + (f": {detail}" if detail else ""))
         if "key_source" in report:
             print(
                 f"  key: from {report['key_source']}, EXIF fallback {'ran' if report['exif_fallback'] else 'not needed'}"
             )
+        if report.get("verdict"):
+            print(f"  verdict: {report['verdict']}")
     if "error" in report:
         print(f"mmobs: {args.file}: {report['error']}", file=sys.stderr)
         return 1
@@ -269,6 +324,38 @@ def _cmd_fingerprint(args: argparse.Namespace) -> int:
         print(fingerprint.digest)
         for name, key in sorted(fingerprint.keys.items()):
             print(f"  {name:28} {key}")
+    return 0
+
+
+# -- mmobs events, mmobs vllm-logging-config ---------------------------------------
+
+
+def _cmd_events(args: argparse.Namespace) -> int:
+    from mmobs.observability.log_reader import read_events
+
+    wanted = set(args.event or ())
+    try:
+        for name in args.files or ["-"]:
+            try:
+                source = sys.stdin if name == "-" else open(name, encoding="utf-8", errors="replace")  # noqa: SIM115
+            except OSError as error:
+                print(f"mmobs: {name}: cannot read the log: {error.strerror or error}", file=sys.stderr)
+                return 1
+            with source:
+                for event in read_events(source):
+                    if not wanted or event.get("event") in wanted:
+                        print(json.dumps(event, ensure_ascii=False, default=str))
+    except BrokenPipeError:  # `mmobs events ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+#: mmobs's JSON logging config for vLLM (``VLLM_LOGGING_CONFIG_PATH``), shipped in the package.
+VLLM_LOGGING_CONFIG = resources.files("mmobs") / "vllm" / "logging.json"
+
+
+def _cmd_vllm_logging_config(args: argparse.Namespace) -> int:
+    sys.stdout.write(VLLM_LOGGING_CONFIG.read_text(encoding="utf-8"))
     return 0
 
 
@@ -490,6 +577,21 @@ def build_parser() -> argparse.ArgumentParser:
     fingerprint_parser = command("fingerprint", "print this install's fleet fingerprint")
     fingerprint_parser.add_argument("--json", action="store_true", help="the digest and every reference key as JSON")
     fingerprint_parser.set_defaults(handler=_cmd_fingerprint)
+
+    events_parser = command(
+        "events", "print a log's records as JSON lines, whichever format wrote it (mmobs's JSON, vLLM's text or JSON)"
+    )
+    events_parser.add_argument("files", nargs="*", metavar="FILE", help="log files ('-' or none: standard input)")
+    events_parser.add_argument(
+        "--event", action="append", metavar="NAME", help="only records of this event (repeatable)"
+    )
+    events_parser.set_defaults(handler=_cmd_events)
+
+    vllm_logging = command(
+        "vllm-logging-config",
+        "print mmobs's JSON logging config for vLLM (save it, point VLLM_LOGGING_CONFIG_PATH at it)",
+    )
+    vllm_logging.set_defaults(handler=_cmd_vllm_logging_config)
 
     defaults = ServiceConfig()
     serve = command("serve", "run the reference service (POST /v1/hash, GET /metrics)")

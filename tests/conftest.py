@@ -101,14 +101,11 @@ def vllm_server(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempP
 @pytest.fixture(scope="session")
 def vllm_servers_json(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """``vllm serve --api-server-count 2`` with mmobs, the guard on, and a JSON logging config."""
-    import json
-
-    from tests.vllm_server import JSON_LOGGING_CONFIG, MMOBS_FLAGS, VllmServer
+    from tests.vllm_server import MMOBS_FLAGS, VllmServer, write_json_logging_config
 
     venv, model = vllm_server_env
     directory = tmp_path_factory.mktemp("vllm-servers-json")
-    config = directory / "logging.json"
-    config.write_text(json.dumps(JSON_LOGGING_CONFIG))
+    config = write_json_logging_config(venv, directory)
     server = VllmServer(
         venv,
         model,

@@ -58,3 +58,24 @@ class TestReDrifts:
         for name in ("mmobs_vllm_mm_cache_sender_misses_total", "mmobs_vllm_mm_cache_sender_redrifts_total"):
             assert registry.get_sample_value(name, {}) == 0.0
         assert registry.get_sample_value("mmobs_vllm_mm_cache_redrifts_total", {"engine": "0"}) == 0.0
+
+
+class TestModality:
+    def test_a_sender_miss_names_the_modality_the_item_was_cached_with(self) -> None:
+        """vLLM's sender cache is told only the hash; the modality comes from when the item went in."""
+        book, _ = _book()
+        book.note_modality("f" * 64, "video")
+        with capture_logs() as logs:
+            book.sender_missed("r1", "f" * 64, None)
+            book.sender_missed("r2", "0" * 64, None)
+        assert [(e["mm_hash"], e["modality"]) for e in logs] == [("f" * 16, "video"), ("0" * 16, "unknown")]
+
+    def test_the_sender_cache_hook_reads_the_modality_from_the_prompt_updates(self) -> None:
+        from types import SimpleNamespace
+
+        from mmobs.vllm.cache_hooks import _item_modality
+
+        assert _item_modality((object(), [SimpleNamespace(modality="image")])) == "image"
+        assert _item_modality((object(), [])) is None
+        assert _item_modality(None) is None
+        assert _item_modality((object(), [object()])) is None

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -160,7 +161,7 @@ def _readme_synopsis() -> dict[str, set[str]]:
     for block in fenced_blocks((ROOT / "docs" / "service.md").read_text()):
         current = None
         for line in block.lines:
-            match = re.match(r"mmobs (\w+)", line)
+            match = re.match(r"mmobs ([\w-]+)", line)
             if match:
                 current = match.group(1)
             elif not line.startswith(" "):
@@ -195,3 +196,108 @@ def test_a_missing_golden_folder_stops_the_suite_naming_where_to_put_it(tmp_path
     assert result.returncode != 0
     assert "../shared/golden" in output and "MMOBS_GOLDEN_DIR" in output and str(missing) in output
     assert "Traceback" not in output and "FileNotFoundError" not in output
+
+
+def test_inspect_says_the_seed_image_is_a_broken_input(files):
+    """The runbook's rule (MmobsExifFallbackRatioHigh, step 4) on the file the README calls broken EXIF: cause 1."""
+    text = run("inspect", str(files["bad-exif-header.jpg"]), check=True).stdout
+    assert "  open            ok: 0 tags" in text  # which path raises says little...
+    assert "  EXIF block      malformed: SyntaxError: not a TIFF file" in text  # ...the block on its own does
+    assert text.endswith("  verdict: the file's EXIF block is malformed: a broken input (the runbook's cause 1)\n")
+
+
+def _every_reference_input() -> list[tuple[str, bytes]]:
+    from scripts import corpus
+
+    inputs = [(case.name, case.payload) for case in corpus.build_corpus() if case.kind == "image"]
+    inputs += [(path.name, path.read_bytes()) for path in sorted((ROOT / "mmobs" / "reference").iterdir())]
+    inputs += [(path.name, path.read_bytes()) for path in sorted((golden.GOLDEN_DIR / "inputs").iterdir())]
+    return inputs
+
+
+def test_the_runbooks_rule_holds_for_every_reference_input(tmp_path):
+    """Every golden, reference and corpus input whose key falls back is broken metadata, and inspect says so.
+
+    The corpus's inputs break EXIF in every container (JPEG, PNG, WebP, TIFF, a PNG's hex text
+    profile), so a rule read from which load path raises would call several of them a regression.
+    """
+    from mmobs.cli import _inspect_file
+
+    verdicts: dict[str, str] = {}
+    for name, data in _every_reference_input():
+        path = tmp_path / name
+        path.write_bytes(data)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            report = _inspect_file(str(path))
+        if report.get("exif_fallback"):
+            verdicts[name] = report["exif_block"]["state"]
+    assert len(verdicts) >= 15
+    assert set(verdicts.values()) == {"malformed"}, {n: v for n, v in verdicts.items() if v != "malformed"}
+    assert {"bad-exif-header.jpg", "bad-exif-short.jpg", "raw-profile-exif-bad-hex-l.png"} <= set(verdicts)
+    assert any(name.endswith(".tif") for name in verdicts)
+
+
+def test_inspect_calls_a_good_exif_block_well_formed(tmp_path):
+    path = tmp_path / "imageid-string.jpg"
+    path.write_bytes(golden.input_bytes("imageid-string.jpg"))
+    report = json.loads(run("inspect", "--json", str(path), check=True).stdout)
+    assert report["exif_block"] == {"state": "well-formed", "tags": 1}
+    assert report["verdict"] is None  # its key did not fall back: nothing to diagnose
+
+
+def test_events_reads_every_format_into_the_same_json_lines(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(
+        '{"timestamp": "2026-12-01T08:50:07Z", "level": "warning", "event": "exif_fallback", "kind": "image"}\n'
+        "(APIServer pid=7) WARNING 12-01 08:50:07 [instrument.py:154] exif_fallback kind=media_with_bytes "
+        'error="not a TIFF file" size=[64,48] request_id=abc\n'
+        "(APIServer pid=7) INFO 12-01 08:50:08 [api_server.py:1] Received request chatcmpl-abc: params\n"
+        'INFO:     127.0.0.1:5 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+    )
+    lines = [json.loads(line) for line in run("events", str(log), check=True).stdout.splitlines()]
+    assert [line["event"] for line in lines] == [
+        "exif_fallback",
+        "exif_fallback",
+        "Received request chatcmpl-abc: params",
+    ]
+    assert lines[1] == {
+        "timestamp": "12-01 08:50:07", "level": "warning", "event": "exif_fallback", "process": 7,
+        "process_name": "APIServer", "file": "instrument.py", "line": 154, "kind": "media_with_bytes",
+        "error": "not a TIFF file", "size": [64, 48], "request_id": "abc",
+    }  # fmt: skip
+    filtered = subprocess.run(
+        [sys.executable, "-m", "mmobs.cli", "events", "--event", "exif_fallback"],
+        input=log.read_text(), capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert [json.loads(line)["kind"] for line in filtered.stdout.splitlines()] == ["image", "media_with_bytes"]
+
+
+def test_events_stops_quietly_when_its_reader_does_and_names_a_missing_log(tmp_path):
+    log = tmp_path / "big.log"
+    log.write_text("".join(f'{{"event": "x", "n": {n}}}\n' for n in range(20000)))
+    piped = subprocess.run(
+        f"{sys.executable} -m mmobs.cli events {log} | head -n 1", shell=True, capture_output=True, text=True,
+        timeout=60, executable="/bin/bash",
+    )  # fmt: skip
+    assert piped.stdout == '{"event": "x", "n": 0}\n' and piped.stderr == ""
+    missing = run("events", str(tmp_path / "nope.log"))
+    assert missing.returncode == 1
+    assert missing.stderr == f"mmobs: {tmp_path / 'nope.log'}: cannot read the log: No such file or directory\n"
+
+
+def test_vllm_logging_config_is_a_dictconfig_routing_vllm_to_mmobs_json(tmp_path):
+    import logging.config
+
+    text = run("vllm-logging-config", check=True).stdout
+    assert text == (ROOT / "mmobs" / "vllm" / "logging.json").read_text()
+    config = json.loads(text)
+    assert config["formatters"]["json"]["()"] == "mmobs.observability.stdlib_events.JSONFormatter"
+    assert config["loggers"]["vllm"] == {"handlers": ["json"], "level": "INFO", "propagate": False}
+    vllm = logging.getLogger("vllm")
+    saved = (vllm.handlers[:], vllm.level, vllm.propagate)
+    try:
+        logging.config.dictConfig(config)  # what vLLM does with VLLM_LOGGING_CONFIG_PATH
+        assert [type(h.formatter).__name__ for h in vllm.handlers] == ["JSONFormatter"]
+    finally:
+        vllm.handlers, vllm.level, vllm.propagate = saved

@@ -9,7 +9,7 @@ are written, whatever the queries and recording rules are called today:
   expression (it must be the one in ``alerts.yml``); every other query is an
   investigation step and must return data;
 * ``sh`` blocks: every command runs in ``bash`` in a folder holding the
-  captured log as ``service.log`` and the input as the file names the
+  captured log as ``server.log`` and the input as the file names the
   runbooks use, with ``<job>``, ``<id>``, ``<digest>`` and ``HOST:8000``
   filled in; each must exit 0 and print what the runbook says it prints
   (``jq``: JSON objects with the projected fields, the selected values;
@@ -47,6 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 VLLM_RUNBOOK_PREFIX = "MmobsVllm"
 RUNBOOKS = sorted(p for p in (ROOT / "docs" / "runbooks").glob("*.md") if not p.stem.startswith(VLLM_RUNBOOK_PREFIX))
 JOB = "mmobs"
+#: The servers a runbook command may be meant for (its comment starts with one of them and a colon).
+SERVERS = ("mmobs serve", "vLLM")
 #: The service's string hash seed, so that this test can tell which content its drift tracker samples.
 HASH_SEED = "56527"
 _BINARY_OPERATOR_END = re.compile(
@@ -194,7 +196,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         (drift,) = [e for e in events if e["event"] == "cache_key_drift"]
         workdir = tmp / "work"
         workdir.mkdir()
-        (workdir / "service.log").write_text(service.logs())
+        (workdir / "server.log").write_text(service.logs())
         for name in ("suspect.jpg", "the-file.jpg"):
             (workdir / name).write_bytes(bad_exif)
         bindir = tmp / "bin"
@@ -253,63 +255,100 @@ def test_promql_of_each_runbook(runbook: Path, stack: Stack) -> None:
         assert result, f"{runbook.stem}: no data for {query}"
 
 
+def applies_to(command: Command, server: str) -> bool:
+    """A command whose comment starts ``mmobs serve:`` or ``vLLM:`` is for that server only; the others for both."""
+    for name in SERVERS:
+        if command.comment.startswith(f"{name}:"):
+            return name == server
+    return True
+
+
 def _check_jq(command: Command, output: str, placeholders: dict[str, str]) -> None:
     objects = [json.loads(line) for line in output.splitlines()]
     assert objects and all(isinstance(o, dict) for o in objects), command.text
-    projection = re.search(r"\|\s*\{([\w\s,]+)\}\s*'", command.text)
+    projection = re.search(r"[|']\s*\{([\w\s,]+)\}\s*'", command.text)
     if projection:
         fields = [f.strip() for f in projection.group(1).split(",")]
         for obj in objects:
             assert list(obj) == fields, (command.text, obj)
-            assert obj["request_id"] and obj["route"] and obj["timestamp"], (command.text, obj)
+            assert all(obj[f] for f in ("request_id", "route", "timestamp") if f in fields), (command.text, obj)
     for field, value in re.findall(r'select\(\.(\w+) == "([^"]+)"\)', _fill(command.text, placeholders)):
         if not projection or field in objects[0]:
             assert all(o[field] == value for o in objects), (command.text, field, value)
-    if "select(.request_id ==" in command.text:
-        assert [o["event"] for o in objects].count("http_request") == 1  # its canonical line
+    event = re.search(r"--event (\w+)", command.text)
+    if event and not projection:
+        assert all(o["event"] == event.group(1) for o in objects), command.text
 
 
-def _check_output(command: Command, output: str, placeholders: dict[str, str]) -> None:
-    program = command.text.split()[0]
-    if program == "jq":
-        _check_jq(command, output, placeholders)
-    elif "grep -c" in command.text:
-        assert int(output) > 10, command.text
-    elif "grep '^" in command.text:
-        prefix = re.search(r"grep '\^([\w]+)'", command.text).group(1)
+def check_output(command: Command, output: str, placeholders: dict[str, str], server: str) -> None:
+    """What the runbook says the command prints, in what ``server`` (``mmobs serve`` or ``vLLM``) wrote."""
+    text = command.text
+    last = text.rsplit("|", 1)[-1].split()
+    if text.startswith("mmobs events"):
+        if last[:2] == ["wc", "-l"]:
+            assert int(output) > 0, text
+        elif "uniq -c" in text:
+            counted = [line.split() for line in output.splitlines()]
+            assert counted and all(n.isdigit() and re.fullmatch(r"[0-9a-f]{16}", h) for n, h in counted), text
+        elif "-r" in text.split("| jq", 1)[1].split()[:1]:
+            lines = output.splitlines()
+            assert lines and all(line.startswith("mmobs") for line in lines), (text, output)
+        else:
+            _check_jq(command, output, placeholders)
+        if "select(.request_id ==" in text and server == "mmobs serve":
+            assert [json.loads(line)["event"] for line in output.splitlines()].count("http_request") == 1
+    elif "grep -c" in text:
+        assert int(output) > (10 if server == "mmobs serve" else 0), text
+    elif "grep '^" in text:
+        prefix = re.search(r"grep '\^([\w]+)'", text).group(1)
         lines = output.splitlines()
-        assert lines and all(line.startswith(prefix) for line in lines), command.text
-    elif "%{http_code}" in command.text:
-        assert output.strip() == "200", command.text
-    elif program == "curl":
+        assert lines and all(line.startswith(prefix) for line in lines), text
+    elif text.startswith("grep "):
+        needle = re.search(r"grep '([^']+)'", text).group(1)
+        lines = output.splitlines()
+        assert lines and all(needle in line for line in lines), text
+    elif "%{http_code}" in text:
+        assert output.strip() == "200", text
+    elif text.startswith("curl"):
         body = json.loads(output)
         documented = re.findall(r'"(\w+)":', command.comment)
-        assert documented and set(documented) <= set(body), (command.text, body)
+        assert documented and set(documented) <= set(body), (text, body)
         assert body["status"] == "ok"
-    elif command.text.startswith("mmobs hash"):
+    elif text.startswith("mmobs hash"):
         assert re.match(r"[0-9a-f]{64}  \S+\n    key_source=original_bytes exif_fallback=true", output), output
-    elif command.text.startswith("mmobs inspect"):
+    elif text.startswith("mmobs inspect"):
         assert "getexif() raises SyntaxError" in output and "key: from original_bytes, EXIF fallback ran" in output
-    elif program == "diff" or ">" in command.text:
-        assert output == "", command.text  # the same install: no difference, and the JSON went to the file
+        assert "  EXIF block      malformed: " in output and "a broken input (the runbook's cause 1)" in output
+    elif text.split()[0] == "diff" or ">" in text:
+        assert output == "", text  # the same install: no difference, and the JSON went to the file
     else:
-        raise AssertionError(f"{command.runbook}: no documented output known for {command.text!r}")
+        raise AssertionError(f"{command.runbook}: no documented output known for {text!r}")
+
+
+def run_commands(runbook: Path, workdir: Path, env: dict[str, str], placeholders: dict[str, str], server: str) -> int:
+    """Every shell command of ``runbook`` for ``server``, run in ``workdir``: exit 0 and the documented output."""
+    ran = 0
+    for command in shell_commands(runbook):
+        if not applies_to(command, server):
+            continue
+        result = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", _fill(command.text, placeholders)],
+            cwd=workdir, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0, (server, command.text, result.stderr)
+        check_output(command, result.stdout, placeholders, server)
+        ran += 1
+    return ran
 
 
 @pytest.mark.parametrize("runbook", RUNBOOKS, ids=[r.stem for r in RUNBOOKS])
 def test_shell_commands_of_each_runbook(runbook: Path, stack: Stack) -> None:
-    for command in shell_commands(runbook):
-        result = subprocess.run(
-            ["bash", "-c", _fill(command.text, stack.placeholders)],
-            cwd=stack.workdir, env=stack.env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert result.returncode == 0, (command.text, result.stderr)
-        _check_output(command, result.stdout, stack.placeholders)
+    assert run_commands(runbook, stack.workdir, stack.env, stack.placeholders, "mmobs serve") > 0
 
 
 def test_the_logs_the_runbooks_read_are_all_json(stack: Stack) -> None:
     """``jq`` without ``-R`` would stop at the first line that is not JSON: there is none."""
-    result = subprocess.run(["jq", "-c", ".event", "service.log"], cwd=stack.workdir, capture_output=True, text=True)
+    result = subprocess.run(["jq", "-c", ".event", "server.log"], cwd=stack.workdir, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     events: list[Any] = result.stdout.splitlines()
     assert '"exif_fallback"' in events and '"cache_key_drift"' in events and '"http_request"' in events

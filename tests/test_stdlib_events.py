@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -124,3 +125,77 @@ def test_without_the_route_events_go_to_mmobss_console_logger(capsys: pytest.Cap
     finally:
         structlog.configure(**saved_structlog)
     assert "console_event" in capsys.readouterr().out
+
+
+# -- read back: mmobs.observability.log_reader -------------------------------------------------------
+
+#: vLLM's text format (``vllm.logging_utils``): process, pid, level, month-day time, file and line.
+VLLM_TEXT_FORMAT = "(APIServer pid=%(process)d) %(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s"
+AWKWARD_FIELDS = {
+    "text": "two words",
+    "empty": "",
+    "looks_true": "true",
+    "looks_number": "12",
+    "quoted": 'say "hi"',
+    "backslash": "b'XX\\x00'",
+    "newline": "one\ntwo",
+    "unicode": "é",
+    "none": None,
+    "flag": True,
+    "count": 3,
+    "ratio": 0.5,
+    "size": [64, 48],
+}
+
+
+def test_text_and_json_lines_read_back_as_the_same_event() -> None:
+    """What an event logged, read back from vLLM's text line and from the JSON line alike."""
+    from mmobs.observability.log_reader import read_events
+    from mmobs.observability.logs import mmobs_logger
+
+    saved_structlog = structlog.get_config()
+    structlog.reset_defaults()
+    text, as_json = io.StringIO(), io.StringIO()
+    logger = logging.getLogger("vllm")
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    text_handler, json_handler = logging.StreamHandler(text), logging.StreamHandler(as_json)
+    text_handler.setFormatter(logging.Formatter(VLLM_TEXT_FORMAT, datefmt="%m-%d %H:%M:%S"))
+    json_handler.setFormatter(JSONFormatter())
+    logger.handlers, logger.propagate = [text_handler, json_handler], False
+    logger.setLevel(logging.INFO)
+    log_events_to_stdlib("vllm.mmobs")
+    try:
+        mmobs_logger().warning("odd_event", **AWKWARD_FIELDS)
+        logging.getLogger("vllm.engine").info("Received request %s: k=v", "chatcmpl-1")
+    finally:
+        log_events_to_stdlib(None)
+        logger.handlers, logger.level, logger.propagate = saved
+        structlog.configure(**saved_structlog)
+    from_text = list(read_events([*text.getvalue().splitlines(), "INFO:     Started server process [1]"]))
+    from_json = list(read_events(as_json.getvalue().splitlines()))
+    assert (
+        [e["event"] for e in from_text]
+        == [e["event"] for e in from_json]
+        == [
+            "odd_event",
+            "Received request chatcmpl-1: k=v",
+        ]
+    )
+    for event in (from_text[0], from_json[0]):
+        assert {name: event[name] for name in AWKWARD_FIELDS} == AWKWARD_FIELDS
+        assert (event["level"], event["file"]) == ("warning", "test_stdlib_events.py")
+    assert from_text[0]["process_name"] == "APIServer" and from_text[0]["process"] == from_json[0]["process"]
+    assert re.fullmatch(r"\d\d-\d\d \d\d:\d\d:\d\d", from_text[0]["timestamp"])
+
+
+def test_lines_that_are_no_record_are_left_out() -> None:
+    from mmobs.observability.log_reader import parse_line
+
+    for line in ("", "Traceback (most recent call last):", "[1, 2]", "{not json", "INFO:     Waiting for application"):
+        assert parse_line(line) is None, line
+    # vLLM's own JSON formatter renders the record's attributes: its message becomes the event.
+    assert parse_line('{"message": "Started", "levelname": "INFO"}') == {"event": "Started", "levelname": "INFO"}
+    assert parse_line('{"event": "exif_fallback", "mmobs_fields": ["kind"], "kind": "image"}') == {
+        "event": "exif_fallback",
+        "kind": "image",
+    }

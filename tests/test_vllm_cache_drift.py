@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import random
 import threading
 import time
@@ -38,7 +39,7 @@ import pytest
 from PIL import Image
 
 from tests.test_vllm_server import mmobs_lines
-from tests.vllm_server import MMOBS_FLAGS, VllmServer, delta, series
+from tests.vllm_server import MMOBS_FLAGS, VllmServer, delta, series, write_json_logging_config
 
 pytestmark = pytest.mark.vllm_server
 
@@ -59,16 +60,28 @@ _seed = iter(range(10_000, 1_000_000))
 # -- the servers -----------------------------------------------------------------------------------
 
 
-def _start(env: tuple[tuple[str, str], ...], directory: Path, name: str, server_env: tuple[Any, Any]) -> VllmServer:
+def _start(
+    env: tuple[tuple[str, str], ...], directory: Path, name: str, server_env: tuple[Any, Any], *, json_log: bool = False
+) -> VllmServer:
     venv, model = server_env
-    server = VllmServer(venv, model, directory, args=[*MMOBS_FLAGS, *SMALL_CACHE_FLAGS], env=dict(env), name=name)
+    variables = dict(env)
+    if json_log:
+        variables["VLLM_LOGGING_CONFIG_PATH"] = str(write_json_logging_config(venv, directory))
+    server = VllmServer(venv, model, directory, args=[*MMOBS_FLAGS, *SMALL_CACHE_FLAGS], env=variables, name=name)
     server.wait_until(lambda: "warmup completed" in server.logs(), 60, "done with its multimodal warm-up")
     return server
 
 
 @pytest.fixture(scope="module")
 def healing_server(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    server = _start((), tmp_path_factory.mktemp("vllm-drift-heal"), "vllm serve (small mm cache)", vllm_server_env)
+    """Healing on, and vLLM's log in JSON (mmobs vllm-logging-config), so that the runbooks read both formats."""
+    server = _start(
+        (),
+        tmp_path_factory.mktemp("vllm-drift-heal"),
+        "vllm serve (small mm cache, json log)",
+        vllm_server_env,
+        json_log=True,
+    )
     try:
         yield server
     finally:
@@ -234,7 +247,7 @@ def test_a_drifted_request_is_resubmitted_once_and_answered(healing_server: Vllm
     assert engine_misses(healing_server) == misses + 1  # vLLM's engine saw the drift; the client did not
     request_id = f"chatcmpl-{response.headers['x-request-id']}"
     (healed,) = [f for f in mmobs_lines(healing_server, "mm_cache_drift_request") if f["request_id"] == request_id]
-    assert (healed["outcome"], healed["attempts"]) == ("healed", "2")
+    assert (healed["outcome"], healed["attempts"]) == ("healed", 2)  # a JSON log (the text parse gives "2")
 
 
 def test_a_streamed_drifted_request_is_healed_before_its_first_chunk(healing_server: VllmServer) -> None:
@@ -379,18 +392,19 @@ def test_without_drift_vllms_cache_counts_are_the_same_with_and_without_healing(
 # -- operators: a real Prometheus scraping the counting server ---------------------------------------
 
 
-def test_dashboards_alerts_and_runbooks_against_a_real_prometheus(counting_server: VllmServer, tmp_path: Path) -> None:
+def test_dashboards_alerts_and_runbooks_against_a_real_prometheus(
+    counting_server: VllmServer, healing_server: VllmServer, tmp_path: Path
+) -> None:
     """After the drift above (healing off: failed requests, re-drifts), Prometheus scrapes the server with the
     shipped rules: the drift panels' queries, the alerts' expressions and every runbook command work."""
     import shutil
-    import subprocess
     import time
 
     from tests.markdown import fenced_blocks
     from tests.support import REQUIRE_PROMETHEUS
     from tests.test_dashboards import dashboard_targets
     from tests.test_prometheus import PrometheusProcess
-    from tests.test_runbooks import VLLM_RUNBOOK_PREFIX, alert_expressions, promql_queries, shell_commands
+    from tests.test_runbooks import VLLM_RUNBOOK_PREFIX, alert_expressions, promql_queries, run_commands
     from tests.test_runbooks import _words as words
 
     if shutil.which("prometheus") is None or shutil.which("promtool") is None:
@@ -427,12 +441,10 @@ def test_dashboards_alerts_and_runbooks_against_a_real_prometheus(counting_serve
                 expr = expr.replace(variable, ".*")
             result = prometheus.query(expr)
             assert result and all(r["metric"]["model_name"] == counting_server.model for r in result), expr
-        # Each vLLM runbook: its first query is its alert's, every other query has data, every command runs.
+        # Each vLLM runbook: its first query is its alert's, every other query has data; every command runs on
+        # this server's text log and on the healing server's JSON log, and prints what the runbook says.
         runbooks = sorted((Path(__file__).parents[1] / "docs" / "runbooks").glob(f"{VLLM_RUNBOOK_PREFIX}*.md"))
         assert [r.stem for r in runbooks] == sorted(n for n in alert_expressions() if n.startswith("MmobsVllm"))
-        workdir = tmp_path / "work"
-        workdir.mkdir()
-        (workdir / "vllm.log").write_text(counting_server.logs())
         fill = {"<job>": "mmobs", "HOST:8000": address}
         for runbook in runbooks:
             queries = [
@@ -445,25 +457,15 @@ def test_dashboards_alerts_and_runbooks_against_a_real_prometheus(counting_serve
                 for placeholder, value in fill.items():
                     query = query.replace(placeholder, value)
                 assert prometheus.query(query), f"{runbook.stem}: no data for {query}"
-            commands = shell_commands(runbook)
-            assert commands, runbook.stem
-            for command in commands:
-                text = command.text
-                for placeholder, value in fill.items():
-                    text = text.replace(placeholder, value)
-                result = subprocess.run(["bash", "-c", text], cwd=workdir, capture_output=True, text=True, timeout=60)
-                assert result.returncode == 0 and result.stdout.strip(), (runbook.stem, text, result.stderr)
-                if "grep -c" in text:
-                    assert int(result.stdout) > 0, text
-                elif "grep '^" in text:
-                    prefix = text.split("grep '^", 1)[1].split("'", 1)[0]
-                    assert all(line.startswith(prefix) for line in result.stdout.splitlines()), text
-                elif "uniq -c" in text:
-                    assert all("mm_hash=" in line for line in result.stdout.splitlines()), text
-                else:
-                    assert all(
-                        "mm_cache_drift " in line or "Multi-modal cache miss" in line
-                        for line in result.stdout.splitlines()
-                    ), text
+        for server in (counting_server, healing_server):
+            workdir = tmp_path / f"work-{server.port}"
+            workdir.mkdir()
+            (workdir / "server.log").write_text(server.logs())
+            placeholders = {"<job>": "mmobs", "HOST:8000": server.url.removeprefix("http://")}
+            env = {**os.environ, "PATH": f"{Path(server.command[0]).parent}{os.pathsep}{os.environ['PATH']}"}
+            for runbook in runbooks:
+                assert run_commands(runbook, workdir, env, placeholders, "vLLM") >= 3, runbook.stem
+        drift_lines = [line for line in healing_server.log_lines() if "mm_cache_drift" in line]
+        assert drift_lines and all(line.startswith("{") for line in drift_lines)  # the healing server logs JSON
     finally:
         prometheus.stop()

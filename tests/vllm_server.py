@@ -40,14 +40,16 @@ SERVE_FLAGS: tuple[str, ...] = (
     "--max-model-len", "1024", "--max-num-seqs", "4",
 )  # fmt: skip
 MMOBS_FLAGS: tuple[str, ...] = ("--middleware", "mmobs.vllm.Middleware")
-#: mmobs's JSON formatter for vLLM's logger tree, as a ``VLLM_LOGGING_CONFIG_PATH`` file holds it.
-JSON_LOGGING_CONFIG: dict[str, Any] = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "mmobs.observability.stdlib_events.JSONFormatter"}},
-    "handlers": {"json": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"}},
-    "loggers": {"vllm": {"handlers": ["json"], "level": "INFO", "propagate": False}},
-}
+
+
+def write_json_logging_config(venv: Path, directory: Path) -> Path:
+    """mmobs's JSON logging config for vLLM, written as docs/vllm.md says: ``mmobs vllm-logging-config > FILE``."""
+    config = directory / "vllm-logging.json"
+    with config.open("w") as file:
+        subprocess.run([str(venv / "bin" / "mmobs"), "vllm-logging-config"], stdout=file, check=True, timeout=60)
+    return config
+
+
 #: vLLM's text log line: ``(APIServer pid=N) LEVEL MM-DD HH:MM:SS [file:line] message``.
 VLLM_LINE = re.compile(
     r"^\((?P<process>[A-Za-z_][\w-]*) pid=(?P<pid>\d+)\) (?P<level>[A-Z]+) "

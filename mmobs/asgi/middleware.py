@@ -311,18 +311,27 @@ class MMObsMiddleware:
         """
         registry = self.registry
         recorder = _recorder_for(registry, self.buckets, self.exemplars)
-        observer = get_observer()  # installs the default instrumentation if nobody chose one
-        if registry is not REGISTRY and not (
-            isinstance(observer, Instrumentation) and observer.metrics.registry is registry
-        ):
-            install(registry)
-        set_hasher_info(metrics_for(registry))
+        if self._observes_hashing():
+            observer = get_observer()  # installs the default instrumentation if nobody chose one
+            if registry is not REGISTRY and not (
+                isinstance(observer, Instrumentation) and observer.metrics.registry is registry
+            ):
+                install(registry)
+            set_hasher_info(metrics_for(registry))
         app = scope.get("app") or self.app
         for template in endpoint_templates(getattr(app, "routes", None) or ()):
             for status_class in STATUS_CLASSES:
                 recorder.metrics.image_requests.labels(template, status_class)
             recorder.metrics.fallback_requests.labels(template)
         self.recorder = recorder
+
+    def _observes_hashing(self) -> bool:
+        """Whether this process's hashing reports to mmobs, so that the hasher's series are exported.
+
+        Always, for an app that keys images through mmobs; a host whose hasher mmobs only observes
+        through a plugin (vLLM) answers whether the plugin is active.
+        """
+        return True
 
     def _target(self, scope: Scope) -> tuple[str, RouteSeries | None, MetricsEndpoint | None]:
         """Where a request goes: its route template, its series (``None``: not counted), the metrics endpoint.

@@ -35,6 +35,7 @@ from mmobs.events import (
     TransposeFailure,
     set_observer,
 )
+from mmobs.keys.guard import sniff_format
 from mmobs.observability.context import current_request
 from mmobs.observability.drift import DriftTracker
 from mmobs.observability.fingerprint import process_fingerprint
@@ -73,15 +74,19 @@ def content_digest(data: bytes | memoryview) -> str:
     return blake3(data).hexdigest()[:_DIGEST_HEX_CHARS]
 
 
-def _image_fields(image: Any) -> dict[str, Any]:
+def _image_fields(image: Any, original_bytes: bytes | memoryview | None = None) -> dict[str, Any]:
+    """The image's format, mode and size; the format read from the original bytes where the image lost it.
+
+    A loader that converts the image (vLLM's, to RGB) returns an image without a format, but the
+    event is about the file the client sent.
+    """
     try:
-        return {
-            "format": image.format,
-            "mode": image.mode,
-            "size": list(image.size),
-        }
+        fields = {"format": image.format, "mode": image.mode, "size": list(image.size)}
     except Exception:  # noqa: BLE001 - a broken image object must not break logging
-        return {"format": None, "mode": None, "size": None}
+        fields = {"format": None, "mode": None, "size": None}
+    if fields["format"] is None and original_bytes is not None:
+        fields["format"] = sniff_format(original_bytes)
+    return fields
 
 
 class _LogLimiter:
@@ -159,7 +164,7 @@ class Instrumentation(HashObserver):
             key_source=event.key_source,
             content_digest=digest,
             pillow=self._pillow,
-            **_image_fields(event.image),
+            **_image_fields(event.image, event.original_bytes),
         )
 
     def exif_transpose_failed(self, event: TransposeFailure) -> None:

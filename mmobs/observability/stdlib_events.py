@@ -50,11 +50,34 @@ def events_route() -> StdlibEventLogger | None:
     return _route
 
 
+_JSON_STARTS = frozenset('-0123456789tfnNI[{"')
+
+
 def _logfmt_value(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str, separators=(",", ":"))
-    if text == "" or any(ch in text for ch in ' ="\\'):
-        return json.dumps(text)
-    return text
+    """A field's value for a text line: bare where that reads back unchanged, else a JSON string.
+
+    Non-strings are compact JSON (``null``, ``true``, ``[64,48]``); one that holds a quote or a
+    space (a list of texts) is written as a JSON string of that JSON. A string is quoted when it is
+    empty, holds a space, ``=``, a quote, a backslash or an unprintable character, or would read
+    back as something else (``"true"``, ``"12"``), so :mod:`mmobs.observability.log_reader` gets
+    back what was logged.
+    """
+    if not isinstance(value, str):
+        text = json.dumps(value, default=str, separators=(",", ":"))
+        return text if text.isprintable() and not any(ch in text for ch in ' "') else json.dumps(text)
+    if value == "" or not value.isprintable() or any(ch in value for ch in ' ="\\') or _reads_as_json(value):
+        return json.dumps(value)
+    return value
+
+
+def _reads_as_json(text: str) -> bool:
+    if text[0] not in _JSON_STARTS:
+        return False
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 class StdlibEventLogger:

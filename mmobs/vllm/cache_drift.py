@@ -103,9 +103,10 @@ class DriftBook:
             self._logger = mmobs_logger()
         return self._logger
 
-    def sent_by_hash(self, mm_hash: str, modality: str) -> None:
-        """P0 sent ``mm_hash`` without its data: remember its modality, for the event if it drifts."""
-        self.modalities.put(mm_hash, modality)
+    def note_modality(self, mm_hash: str, modality: str | None) -> None:
+        """An item P0 cached or sent by hash alone: remember its modality, for the event if it drifts."""
+        if modality:
+            self.modalities.put(mm_hash, modality)
 
     def engine_missed(self, request_id: str, hashes: list[str], engine_index: object) -> DriftFailure:
         """EngineCore failed ``request_id`` because it did not hold ``hashes`` (P0 invalidates them next)."""

@@ -6,7 +6,8 @@ Counting (always on where the plugin runs, in the API server only):
 vLLM attribute                                      reports
 ==================================================  ==========================================
 ``LruKeyReplicatedSenderCache.get_and_update_item``  a sender-cache miss (vLLM's assertion);
-                                                    with healing, what a request inserted
+                                                    the modality of what it caches; with
+                                                    healing, what a request inserted
 ``LruKeyReplicatedSenderCache.is_cached``           nothing: a resubmission finds nothing
                                                     cached (healing only changes its answer)
 ``AsyncMPClient.get_output_async``                  nothing: remembers the engine index of the
@@ -33,6 +34,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from mmobs.observability.context import current_request
 from mmobs.vllm.cache_attempt import current_attempt
 from mmobs.vllm.cache_drift import DriftBook, DriftFailure, drift_book
 from mmobs.vllm.cache_heal import (
@@ -180,7 +182,7 @@ def _get_and_update_item(
         attempt = current_attempt.get()
         if mm_item is None:
             if not self.is_cached_item(mm_hash):
-                request_id = attempt.request_id if attempt is not None else None
+                request_id = attempt.request_id if attempt is not None else _client_request_id()
                 book.sender_missed(request_id, mm_hash, None)
                 if drift_error is not None:
                     if attempt is not None:
@@ -188,6 +190,7 @@ def _get_and_update_item(
                     raise drift_error(DriftFailure(request_id or "", (mm_hash,), "sender"))
                 book.resolved(request_id, "failed", 1)  # vLLM's assertion follows: a 500
             return original(self, mm_item, mm_hash)
+        book.note_modality(mm_hash, _item_modality(mm_item))
         if attempt is None:
             return original(self, mm_item, mm_hash)
         if attempt.resend and self.is_cached_item(mm_hash):
@@ -202,6 +205,21 @@ def _get_and_update_item(
         return result
 
     return get_and_update_item
+
+
+def _client_request_id() -> str | None:
+    """The request's id where no attempt names vLLM's own (healing off): the X-Request-Id the preset set."""
+    stats = current_request.get()
+    return stats.request_id if stats is not None else None
+
+
+def _item_modality(mm_item: Any) -> str | None:
+    """The modality of an item P0 is caching, named by its prompt updates (vLLM's ``ResolvedPromptUpdate``)."""
+    try:
+        updates = mm_item[1]
+        return str(updates[0].modality) if updates else None
+    except (TypeError, IndexError, KeyError, AttributeError):
+        return None
 
 
 def _is_cached(original: Callable[..., list[bool]]) -> Callable[..., list[bool]]:
@@ -258,6 +276,6 @@ def _add_request_async(original: Callable[..., Any], book: DriftBook) -> Callabl
             attempt.taken = True
         for feature in getattr(request, "mm_features", None) or ():
             if feature.data is None:
-                book.sent_by_hash(feature.mm_hash or feature.identifier, feature.modality)
+                book.note_modality(feature.mm_hash or feature.identifier, feature.modality)
 
     return add_request_async

@@ -47,6 +47,7 @@ from mmobs.events import TransposeFailure, get_observer, observing
 from mmobs.vllm.decode_metrics import DecodeSkipMetrics, decode_skip_metrics
 from mmobs.vllm.lazy_image import ImageIdRead, LazyImage, lazy_class
 from mmobs.vllm.shape import vllm_max_pixels
+from mmobs.vllm.startup_log import say
 
 __all__ = [
     "DECODE_SKIP_ENV",
@@ -79,7 +80,6 @@ MAX_READS = 3
 #: Loaded images waiting for their key, at most (a request refused before keying leaves one behind).
 MAX_PENDING = 4_096
 
-_log = logging.getLogger("vllm.mmobs")
 
 #: (digest of the bytes, the loader's settings that change what they decode to)
 IndexKey = tuple[bytes, object]
@@ -217,7 +217,7 @@ class DecodeSkipper:
     def _say_once(self, why: str) -> None:
         if not self._said:
             self._said = True
-            _log.info("mmobs: decode-free cache hits are off in this API server: %s", why)
+            say(logging.INFO, "mmobs: decode-free cache hits are off in this API server: %s", why)
 
     def held(self, keys: tuple[str, ...]) -> bool:
         """Whether a processor cache of this process holds one of ``keys`` (no LRU move, no statistics)."""
@@ -370,7 +370,7 @@ def _positive_env(name: str, default: int) -> int:
     except ValueError:
         value = -1
     if value < 0:
-        _log.warning("mmobs: %s=%r is not a whole number of 0 or more; using %d", name, raw, default)
+        say(logging.WARNING, "mmobs: %s=%r is not a whole number of 0 or more; using %d", name, raw, default)
         return default
     return value
 

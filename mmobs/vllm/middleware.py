@@ -15,9 +15,17 @@ no arguments, so this preset fixes the options that differ inside vLLM:
 
 With the plugin carrying the context into vLLM's executor threads, every
 ``exif_fallback`` event then names the request it belongs to.
+
+Without the plugin in the API server (``MMOBS_VLLM_PLUGIN=0``, or a vLLM it
+declined), the preset still counts HTTP requests but exports none of the
+hasher's series, and says so once in vLLM's log: ``mmobs_media_keys_total``
+is then absent, which is what ``MmobsMetricsAbsent`` watches, rather than a
+row of zeros that reads as "no EXIF fallbacks".
 """
 
 from __future__ import annotations
+
+import logging
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -35,6 +43,21 @@ class Middleware(MMObsMiddleware):
 
     def __init__(self, app: ASGIApp) -> None:
         super().__init__(app, metrics_path=None, skip_paths=VLLM_PROBE_PATHS)
+
+    def _observes_hashing(self) -> bool:
+        from mmobs.vllm.plugin import PLUGIN_ENV, registered
+        from mmobs.vllm.startup_log import say
+
+        if registered():
+            return True
+        say(
+            logging.WARNING,
+            "mmobs: the vLLM plugin is not active in this API server (%s=0, or it declined: see its line above); "
+            "only HTTP requests are counted, and the hasher's series (mmobs_media_keys_total...) are not exported, "
+            "so MmobsMetricsAbsent fires for this server",
+            PLUGIN_ENV,
+        )
+        return False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

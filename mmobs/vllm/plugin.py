@@ -62,6 +62,7 @@ from mmobs.vllm.shape import ShapeMismatch
 from mmobs.vllm.shape import attribute as _attribute
 from mmobs.vllm.shape import function as _function
 from mmobs.vllm.shape import module as _module
+from mmobs.vllm.startup_log import LOGGER, say
 
 __all__ = [
     "DECODE_SKIP_ENV",
@@ -81,8 +82,6 @@ FAST_KEYS_ENV = "MMOBS_VLLM_FAST_KEYS"
 #: ``MMOBS_VLLM_GUARD=1`` runs mmobs's structural checks before vLLM decodes an image.
 GUARD_ENV = "MMOBS_VLLM_GUARD"
 
-#: Logged under vLLM's namespace so the warning shows in vLLM's own log stream.
-_log = logging.getLogger("vllm.mmobs")
 _lock = threading.Lock()
 _HASHER = "vllm.multimodal.hasher"
 _IMAGE = "vllm.multimodal.image"
@@ -132,9 +131,10 @@ def register() -> None:
             plan += _cache_plan()
         except ShapeMismatch as error:
             _declined = True
-            _log.warning(
+            say(
+                logging.WARNING,
                 "mmobs: vLLM %s is not shaped as this plugin expects (%s); its multimodal path is left "
-                "untouched and nothing is counted. Set %s=0 to silence this.",
+                "untouched and no image is counted. Set %s=0 to silence this.",
                 _vllm_version(),
                 error,
                 PLUGIN_ENV,
@@ -142,8 +142,11 @@ def register() -> None:
             return
         except Exception as error:  # noqa: BLE001 - never raise into vLLM
             _declined = True
-            _log.warning(
-                "mmobs: the vLLM plugin could not load (%s: %s); nothing is counted", type(error).__name__, error
+            say(
+                logging.WARNING,
+                "mmobs: the vLLM plugin could not load (%s: %s); no image is counted",
+                type(error).__name__,
+                error,
             )
             return
         for target, name, replacement, instance_attribute in plan:
@@ -151,8 +154,37 @@ def register() -> None:
             setattr(target, name, replacement)
         decode_skip.activate(skipper)
         # One log stream: mmobs's events become records of vLLM's logger tree (while structlog is unconfigured).
-        log_events_to_stdlib(_log.name)
-        _log.info("mmobs: counting vLLM %s's multimodal fallbacks (%d attributes wrapped)", _vllm_version(), len(plan))
+        log_events_to_stdlib(LOGGER.name)
+        say(logging.INFO, "%s", _startup_line(plan, skipper))
+
+
+def _startup_line(plan: _Plan, skipper: DecodeSkipper | None) -> str:
+    """What the plugin hooked in this process and which switches are on: one line for the operator."""
+    from mmobs.vllm import cache_hooks
+
+    hooked = sorted({f"{_short_name(target)}.{name}" for target, name, _, _ in plan})
+    api_server = cache_hooks.api_server_process()
+    drift = (
+        "off"
+        if not any(name == "get_and_update_item" for _, name, _, _ in plan)
+        else ("healed" if cache_hooks.healing_enabled() else "counted only")
+    )
+    switches = [
+        f"guard {'on' if _enabled(GUARD_ENV) else 'off'}",
+        f"fast keys {'on' if _enabled(FAST_KEYS_ENV) else 'off'}",
+    ]
+    if api_server:
+        switches += [f"decode-free hits {'on' if skipper is not None else 'off'}", f"cache drift {drift}"]
+    where = "API server" if api_server else "engine process"
+    return (
+        f"mmobs ({where}): counting vLLM {_vllm_version()}'s multimodal fallbacks; {len(hooked)} attributes wrapped "
+        f"({', '.join(hooked)}); {', '.join(switches)}"
+    )
+
+
+def _short_name(target: Any) -> str:
+    name = getattr(target, "__name__", None) or type(target).__name__
+    return str(name).rpartition(".")[2]
 
 
 def unregister() -> None:
@@ -254,7 +286,8 @@ def _decode_skip_plan() -> tuple[DecodeSkipper | None, _Plan]:
             _function(cache, "is_cached_item", parameters=2)
         _probe_decodes(_function(loader_class, "load_bytes", parameters=2), loader_class, media_with_bytes)
     except Exception as error:  # noqa: BLE001 - ShapeMismatch, or whatever a foreign vLLM raises: vLLM's path
-        _log.warning(
+        say(
+            logging.WARNING,
             "mmobs: decode-free cache hits are off: vLLM %s is not shaped as they need (%s: %s)",
             _vllm_version(),
             type(error).__name__,
@@ -341,7 +374,8 @@ def _cache_plan() -> _Plan:
     try:
         return cache_hooks.cache_plan()
     except Exception as error:  # noqa: BLE001 - ShapeMismatch, or anything a foreign vLLM raises on import
-        _log.warning(
+        say(
+            logging.WARNING,
             "mmobs: vLLM %s's multimodal processor cache is not shaped as mmobs expects (%s: %s); its cache drift "
             "is neither counted nor healed, the rest of the plugin is loaded.",
             _vllm_version(),
