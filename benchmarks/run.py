@@ -22,7 +22,10 @@ Sections, one module each (``--sections`` takes any of them; ``--only a,b`` is t
   (needs ``.ci/install-vllm-server``; about 8 more minutes);
 * ``vllm-decode-free`` (``bench_vllm_decode_free.py``): the same two servers
   on re-sent images (all cached, and multi-turn chats): API-server CPU and
-  latency with decode-free cache hits against vLLM alone (about 6 minutes).
+  latency with decode-free cache hits against vLLM alone (about 6 minutes);
+* ``vllm-uuid-check`` (``bench_vllm_uuid_check.py``): vLLM 0.33's
+  ``get_mm_hashes`` in process, with and without a client uuid, checked and
+  not, beside the no-decode key of the same bytes (needs ``.ci/install-vllm``).
 
 Every comparison runs its competitors in the same rounds, interleaved in a
 shuffled order, and reports medians and the median of per-round ratios (see
@@ -50,7 +53,16 @@ from _common import FULL, QUICK, Config
 
 from mmobs.events import get_observer, set_observer
 
-SECTIONS = ("pixels", "bytes", "instrumentation", "middleware", "service", "vllm-server", "vllm-decode-free")
+SECTIONS = (
+    "pixels",
+    "bytes",
+    "instrumentation",
+    "middleware",
+    "service",
+    "vllm-server",
+    "vllm-decode-free",
+    "vllm-uuid-check",
+)
 
 
 def _runner(section: str) -> Callable[[Config, harness.Report], None]:

@@ -121,3 +121,28 @@ def vllm_servers_json(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_scale_out(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """vLLM alone (``MMOBS_VLLM_PLUGIN=0``) behind the preset, ``--enable-scale-out`` (its render endpoint) and
+    ``--trust-request-mm-kwargs`` (request-level processor kwargs, which vLLM scopes into the keys).
+
+    The oracle of the render-key tests (its keys are vLLM's own hasher's) and the plugin-off state the
+    docs describe (the preset counts HTTP requests only).
+    """
+    from tests.vllm_server import MMOBS_FLAGS, VllmServer
+
+    venv, model = vllm_server_env
+    server = VllmServer(
+        venv,
+        model,
+        tmp_path_factory.mktemp("vllm-scale-out"),
+        args=[*MMOBS_FLAGS, "--enable-scale-out", "--trust-request-mm-kwargs"],
+        env={"MMOBS_VLLM_PLUGIN": "0"},
+        name="vllm serve --enable-scale-out (MMOBS_VLLM_PLUGIN=0)",
+    )
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -30,6 +30,7 @@ from dashboards.mixin import rules as mixin_rules
 from mmobs.observability.metrics import METRIC_NAMES as HASHER_HTTP_NAMES
 from mmobs.vllm.cache_metrics import METRIC_NAMES as CACHE_DRIFT_NAMES
 from mmobs.vllm.decode_metrics import METRIC_NAMES as DECODE_SKIP_NAMES
+from mmobs.vllm.uuid_metrics import METRIC_NAMES as UUID_CHECK_NAMES
 from tests.alert_lint import lint_alert_document
 from tests.dashboard_lint import lint_dashboard
 from tests.promql_scan import COUNTER_FUNCTIONS, family, selectors
@@ -57,7 +58,7 @@ BUILTIN_METRICS = frozenset({"up"})
 #: Prometheus stores them from a real server in test_prometheus.py).
 VLLM_METRICS = frozenset({"vllm:mm_cache_queries_total", "vllm:mm_cache_hits_total"})
 #: mmobs's metrics: the hasher's and the middleware's, and the vLLM plugin's cache drift counters.
-METRIC_NAMES = HASHER_HTTP_NAMES | CACHE_DRIFT_NAMES | DECODE_SKIP_NAMES
+METRIC_NAMES = HASHER_HTTP_NAMES | CACHE_DRIFT_NAMES | DECODE_SKIP_NAMES | UUID_CHECK_NAMES
 RUNBOOK_URL = "https://github.com/mmobs/mmobs/blob/main/docs/runbooks/{}.md"
 SEVERITIES = frozenset({"critical", "warning", "info"})
 RATE_INTERVAL = "$__rate_interval"
@@ -243,6 +244,7 @@ def test_mixin_metric_names_are_mmobs_metric_names() -> None:
     assert mixin_metrics.MMOBS_METRICS == HASHER_HTTP_NAMES
     assert mixin_metrics.VLLM_CACHE_DRIFT_METRICS == CACHE_DRIFT_NAMES
     assert mixin_metrics.VLLM_DECODE_SKIP_METRICS == DECODE_SKIP_NAMES
+    assert mixin_metrics.VLLM_UUID_CHECK_METRICS == UUID_CHECK_NAMES
     assert mixin_metrics.VLLM_METRICS == VLLM_METRICS
 
 

@@ -21,6 +21,8 @@ from mmobs.vllm.cache_metrics import CACHE_DRIFT_METRICS
 from mmobs.vllm.cache_metrics import METRIC_NAMES as VLLM_CACHE_METRIC_NAMES
 from mmobs.vllm.decode_metrics import DECODE_SKIP_METRICS
 from mmobs.vllm.decode_metrics import METRIC_NAMES as VLLM_DECODE_METRIC_NAMES
+from mmobs.vllm.uuid_metrics import METRIC_NAMES as VLLM_UUID_METRIC_NAMES
+from mmobs.vllm.uuid_metrics import UUID_CHECK_METRICS
 from tests.markdown import section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +83,9 @@ def test_relative_links_lead_somewhere(page: Path) -> None:
 
 def test_the_readme_names_every_metric() -> None:
     listed = set(re.findall(r"`(mmobs_[a-z_]+)`", section(README.read_text(encoding="utf-8"), "## Metrics")))
-    declared = set(METRIC_NAMES) | set(VLLM_CACHE_METRIC_NAMES) | set(VLLM_DECODE_METRIC_NAMES)
+    declared = (
+        set(METRIC_NAMES) | set(VLLM_CACHE_METRIC_NAMES) | set(VLLM_DECODE_METRIC_NAMES) | set(VLLM_UUID_METRIC_NAMES)
+    )
     assert listed == declared, f"README lacks {sorted(declared - listed)}, names unknown {sorted(listed - declared)}"
 
 
@@ -96,6 +100,13 @@ def test_the_vllm_page_gives_every_decode_free_hit_series() -> None:
     text = section((DOCS / "vllm.md").read_text(encoding="utf-8"), "## Decode-free cache hits")
     documented = re.findall(r"^\| `(mmobs_vllm_[a-z_]+)` \|", text, flags=re.MULTILINE)
     assert documented == [spec.name for spec in DECODE_SKIP_METRICS]
+
+
+def test_the_vllm_page_gives_every_uuid_series_with_its_labels_and_help() -> None:
+    text = section((DOCS / "vllm.md").read_text(encoding="utf-8"), "## Client media uuids")
+    rows = re.findall(r"^\| `(mmobs_vllm_[a-z_]+)(?:\{([a-z_, ]*)\})?` \| (.+) \|$", text, flags=re.MULTILINE)
+    documented = [(name, tuple(filter(None, labels.split(", "))), meaning) for name, labels, meaning in rows]
+    assert documented == [(spec.name, spec.labels, spec.documentation) for spec in UUID_CHECK_METRICS]
 
 
 def test_the_library_page_gives_every_metric_with_its_labels() -> None:

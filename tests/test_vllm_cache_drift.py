@@ -15,7 +15,8 @@ real server's ``/metrics`` and log, with exact counts:
 Two servers of the issue's configuration (``--limit-mm-per-prompt`` 4 images,
 ``--mm-processor-cache-gb 0.0003``: one 224x224 image fits, four 112x112 do),
 one with mmobs's healing (the default) and one with
-``MMOBS_VLLM_MM_CACHE_HEAL=0`` (counting only: vLLM's behaviour unchanged);
+``MMOBS_VLLM_MM_CACHE_HEAL=0`` (counting only: vLLM's behaviour unchanged; so are its client uuid
+conflicts, ``MMOBS_VLLM_UUID_CONFLICTS=count``);
 the three-step sequence also runs on the shared default server.
 """
 
@@ -91,9 +92,9 @@ def healing_server(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.Te
 @pytest.fixture(scope="module")
 def counting_server(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     server = _start(
-        (("MMOBS_VLLM_MM_CACHE_HEAL", "0"),),
+        (("MMOBS_VLLM_MM_CACHE_HEAL", "0"), ("MMOBS_VLLM_UUID_CONFLICTS", "count")),
         tmp_path_factory.mktemp("vllm-drift-count"),
-        "vllm serve (small mm cache, MMOBS_VLLM_MM_CACHE_HEAL=0)",
+        "vllm serve (small mm cache, MMOBS_VLLM_MM_CACHE_HEAL=0, MMOBS_VLLM_UUID_CONFLICTS=count)",
         vllm_server_env,
     )
     try:
@@ -443,8 +444,10 @@ def test_dashboards_alerts_and_runbooks_against_a_real_prometheus(
             assert result and all(r["metric"]["model_name"] == counting_server.model for r in result), expr
         # Each vLLM runbook: its first query is its alert's, every other query has data; every command runs on
         # this server's text log and on the healing server's JSON log, and prints what the runbook says.
-        runbooks = sorted((Path(__file__).parents[1] / "docs" / "runbooks").glob(f"{VLLM_RUNBOOK_PREFIX}*.md"))
-        assert [r.stem for r in runbooks] == sorted(n for n in alert_expressions() if n.startswith("MmobsVllm"))
+        # (MmobsVllmMmUuidConflict's runbook runs on the uuid conflicts of tests/test_vllm_uuid_server.py.)
+        prefix = f"{VLLM_RUNBOOK_PREFIX}MmCache"
+        runbooks = sorted((Path(__file__).parents[1] / "docs" / "runbooks").glob(f"{prefix}*.md"))
+        assert [r.stem for r in runbooks] == sorted(n for n in alert_expressions() if n.startswith(prefix))
         fill = {"<job>": "mmobs", "HOST:8000": address}
         for runbook in runbooks:
             queries = [
@@ -469,3 +472,30 @@ def test_dashboards_alerts_and_runbooks_against_a_real_prometheus(
         assert drift_lines and all(line.startswith("{") for line in drift_lines)  # the healing server logs JSON
     finally:
         prometheus.stop()
+
+
+# -- client media uuids, count only ----------------------------------------------------------------
+
+
+def test_a_uuid_conflict_is_only_counted_on_the_counting_server(
+    counting_server: VllmServer, vllm_scale_out: VllmServer
+) -> None:
+    """Client media uuids, count only (``MMOBS_VLLM_UUID_CONFLICTS=count``, as this server counts its drift): a
+    conflict counted and logged, and answered as vLLM answers it (tests/test_vllm_uuid_server.py has the rest)."""
+    from tests.test_vllm_uuid_server import CONFLICTS, conflicts_logged, large, send, small, url, uuid_counts
+
+    assert counting_server.extra_env.get("MMOBS_VLLM_UUID_CONFLICTS") == "count"
+    uuid = f"u-count-{next(_seed)}"
+    before = uuid_counts(counting_server)
+    first, second = url(large()), url(small())
+    status, _, answer = send(counting_server, [(first, uuid)])
+    assert status == 200, answer
+    status, request_id, wrong = send(counting_server, [(second, uuid)])
+    assert status == 200, wrong
+    # vLLM's own answer, wrong as it is: the first image's features (its prompt tokens), as vLLM alone gives it.
+    alone = [send(vllm_scale_out, [(data_url, uuid)])[2].usage.prompt_tokens for data_url in (first, second)]
+    assert wrong.usage.prompt_tokens == answer.usage.prompt_tokens == alone[0] == alone[1]
+    assert send(vllm_scale_out, [(second, None)])[2].usage.prompt_tokens != alone[1]  # not the second image's own
+    assert delta(before, uuid_counts(counting_server))[series(CONFLICTS, action="counted")] == 1
+    (event,) = [e for e in conflicts_logged(counting_server) if e["uuid"] == uuid]
+    assert (event["request_id"], event["action"]) == (request_id, "counted")

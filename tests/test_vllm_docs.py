@@ -22,10 +22,8 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -34,7 +32,7 @@ from tests.markdown import fenced_blocks
 from tests.support import require_binary
 from tests.test_runbooks import run_commands
 from tests.test_vllm_server import ROUTE, SEED, chat
-from tests.vllm_server import DEFAULT_VENV, MMOBS_FLAGS, VllmServer
+from tests.vllm_server import DEFAULT_VENV, VllmServer
 
 pytestmark = pytest.mark.vllm_server
 
@@ -222,21 +220,11 @@ def test_the_runbooks_commands_on_a_vllm_server(runbook: str, log_format: str, r
 # -- the plugin off, the preset on -----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def plugin_off(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    venv, model = vllm_server_env
-    directory = tmp_path_factory.mktemp("vllm-plugin-off")
-    server = VllmServer(venv, model, directory, args=MMOBS_FLAGS, env={"MMOBS_VLLM_PLUGIN": "0"},
-                        name="vllm serve (MMOBS_VLLM_PLUGIN=0)")  # fmt: skip
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def test_with_the_plugin_off_the_preset_counts_http_only_and_metrics_absent_sees_it(
-    plugin_off: VllmServer, tmp_path: Path
+    vllm_scale_out: VllmServer, tmp_path: Path
 ) -> None:
+    """The plugin off (``MMOBS_VLLM_PLUGIN=0``) and the preset on: the shared plugin-off server (conftest)."""
+    plugin_off = vllm_scale_out
     from tests.test_prometheus import PrometheusProcess
     from tests.test_runbooks import alert_expressions
 

@@ -96,6 +96,18 @@ VLLM_DECODE_SKIP_METRICS: frozenset[str] = frozenset(
     }
 )
 
+# -- mmobs inside vLLM's API server (mmobs/vllm/uuid_metrics.py) --------------------------
+#: Items that came with a client uuid (checked against their content, or sent by uuid alone), and the
+#: uuids vLLM would key as an earlier item's with other content (refused or counted); the index's size.
+VLLM_UUID_ITEMS = "mmobs_vllm_mm_uuid_items_total"
+VLLM_UUID_CONFLICTS = "mmobs_vllm_mm_uuid_conflicts_total"
+VLLM_UUID_INDEX_ENTRIES = "mmobs_vllm_mm_uuid_index_entries"
+VLLM_UUID_INDEX_BYTES = "mmobs_vllm_mm_uuid_index_bytes"
+
+VLLM_UUID_CHECK_METRICS: frozenset[str] = frozenset(
+    {VLLM_UUID_ITEMS, VLLM_UUID_CONFLICTS, VLLM_UUID_INDEX_ENTRIES, VLLM_UUID_INDEX_BYTES}
+)
+
 #: The metric the job/instance variables read their values from. Its children
 #: are created up front, so it exists from the first scrape of any mmobs process.
 VARIABLE_METRIC = MEDIA_KEYS

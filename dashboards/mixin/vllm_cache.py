@@ -85,6 +85,16 @@ def per_model(query: QueryStyle, metric: str, *matchers: str, by: tuple[str, ...
     )
 
 
+def per_instance(query: QueryStyle, title: str, description: str, unit: str, gauge: str) -> dict[str, Any]:
+    """A gauge of each API server (an index's size), summed per scrape target."""
+    return timeseries(
+        title,
+        description,
+        unit,
+        [target(query.aggregate("sum", query.select(gauge), ["instance"]), "A", "{{instance}}")],
+    )
+
+
 def decode_panels(query: QueryStyle) -> list[dict[str, Any]]:
     """What the decode-free hits saved the API server, beside the lookups (docs/vllm.md, "Decode-free cache hits")."""
     saved = f"{per_model(query, metrics.VLLM_SKIPPED_DECODE_CPU)}\n-\n{per_model(query, metrics.VLLM_LATE_DECODE_CPU)}"
@@ -103,31 +113,21 @@ def decode_panels(query: QueryStyle) -> list[dict[str, Any]]:
                 target(per_model(query, metrics.VLLM_LATE_DECODES), "C", "late decodes/s {{model_name}}"),
             ],
         ),
-        timeseries(
+        per_instance(
+            query,
             "Remembered decodes",
             "Decodes each API server remembers by the digest of their bytes, to skip them when the same bytes come "
             "again (bounded by MMOBS_VLLM_DECODED_INDEX_ENTRIES, 16384 by default).",
             "short",
-            [
-                target(
-                    query.aggregate("sum", query.select(metrics.VLLM_DECODED_INDEX_ENTRIES), ["instance"]),
-                    "A",
-                    "{{instance}}",
-                )
-            ],
+            metrics.VLLM_DECODED_INDEX_ENTRIES,
         ),
-        timeseries(
+        per_instance(
+            query,
             "Remembered decodes' memory",
             "What the remembered decodes take in each API server (bounded by MMOBS_VLLM_DECODED_INDEX_BYTES, 16 MiB "
             "by default; a record is counted as 832 bytes and its error texts).",
             "bytes",
-            [
-                target(
-                    query.aggregate("sum", query.select(metrics.VLLM_DECODED_INDEX_BYTES), ["instance"]),
-                    "A",
-                    "{{instance}}",
-                )
-            ],
+            metrics.VLLM_DECODED_INDEX_BYTES,
         ),
     ]
 
@@ -165,6 +165,45 @@ def drift_panels(query: QueryStyle) -> list[dict[str, Any]]:
                 )
             ],
             stack=True,
+        ),
+    ]
+
+
+def uuid_panels(query: QueryStyle) -> list[dict[str, Any]]:
+    """Client media uuids checked against their content (docs/vllm.md, "Client media uuids")."""
+    return [
+        timeseries(
+            "Client media uuids, checked and conflicting",
+            "Items per second that came with a client uuid, per model: checked (sent with their data, keyed by "
+            "content too), uuid_only (the data left out: nothing to check), and conflicts: a uuid vLLM would key "
+            "as an earlier item's, with other content, which vLLM would answer with the earlier item's features "
+            "(refused with a 400 by default, or counted with MMOBS_VLLM_UUID_CONFLICTS=count). Any conflict is "
+            "an alert (runbook MmobsVllmMmUuidConflict).",
+            "ops",
+            [
+                target(per_model(query, metrics.VLLM_UUID_ITEMS, by=("kind",)), "A", "{{kind}} {{model_name}}"),
+                target(
+                    per_model(query, metrics.VLLM_UUID_CONFLICTS, by=("action",)),
+                    "B",
+                    "conflict {{action}} {{model_name}}",
+                ),
+            ],
+        ),
+        per_instance(
+            query,
+            "Remembered uuids",
+            "Uuids each API server remembers with the content they first came with (bounded by "
+            "MMOBS_VLLM_UUID_INDEX_ENTRIES, 65536 by default, least recently used first out).",
+            "short",
+            metrics.VLLM_UUID_INDEX_ENTRIES,
+        ),
+        per_instance(
+            query,
+            "Remembered uuids' memory",
+            "What the remembered uuids take in each API server (bounded by MMOBS_VLLM_UUID_INDEX_BYTES, 32 MiB by "
+            "default; an entry is counted as 328 bytes, however long the uuid).",
+            "bytes",
+            metrics.VLLM_UUID_INDEX_BYTES,
         ),
     ]
 
@@ -208,14 +247,17 @@ def mmobs_panels(query: QueryStyle) -> list[dict[str, Any]]:
 
 
 def lines(query: QueryStyle) -> list[GridLine]:
-    """The row header, vLLM's hit rate beside the drift panels, vLLM's lookups beside the decodes saved, then mmobs's three."""
+    """The row header, vLLM's hit rate beside the drift panels, vLLM's lookups beside the decodes saved, then mmobs's
+    three and the client uuids."""
     hit, lookups = vllm_panels(query)
     saved, remembered, memory = decode_panels(query)
     drift, outcomes = drift_panels(query)
+    uuids, uuid_entries, uuid_memory = uuid_panels(query)
     fallback, sources, latency = mmobs_panels(query)
     return [
         [(row(TITLE), 24, 1)],
         [(hit, 8, 8), (drift, 8, 8), (outcomes, 8, 8)],
         [(lookups, 8, 8), (saved, 8, 8), (remembered, 4, 8), (memory, 4, 8)],
         [(fallback, 8, 8), (sources, 8, 8), (latency, 8, 8)],
+        [(uuids, 12, 8), (uuid_entries, 6, 8), (uuid_memory, 6, 8)],
     ]

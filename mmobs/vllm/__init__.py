@@ -20,6 +20,10 @@ Environment switches (read when vLLM loads the plugin):
   key its processor cache holds (:mod:`mmobs.vllm.decode_skip`); the index of
   those decodes is bounded by ``MMOBS_VLLM_DECODED_INDEX_ENTRIES`` and
   ``MMOBS_VLLM_DECODED_INDEX_BYTES``.
+* ``MMOBS_VLLM_UUID_CONFLICTS=count``: only count and log a client media uuid that
+  vLLM would key as an earlier item's, with other content; by default such an item
+  is refused with a 400 (:mod:`mmobs.vllm.uuid_check`); the uuids remembered are
+  bounded by ``MMOBS_VLLM_UUID_INDEX_ENTRIES`` and ``MMOBS_VLLM_UUID_INDEX_BYTES``.
 * ``MMOBS_VLLM_MM_CACHE_HEAL=0``: only count vLLM's multimodal cache drift
   (``mmobs_vllm_mm_cache_*``); by default mmobs also rolls back the sender cache
   after a refused request, resubmits a drift-failed chat completion once and

@@ -23,9 +23,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mmobs.observability.context import current_request
 from mmobs.vllm.cache_drift import DriftBook
 
-__all__ = ["Attempt", "current_attempt", "roll_back"]
+__all__ = ["Attempt", "current_attempt", "request_id_now", "roll_back"]
 
 
 @dataclass
@@ -69,6 +70,16 @@ class Attempt:
 
 
 current_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar("mmobs_vllm_attempt", default=None)
+
+
+def request_id_now() -> str | None:
+    """The current request's id for a log line: vLLM's (``chatcmpl-...``) where an attempt knows it, else the
+    ``X-Request-Id`` the preset set and the client got back (healing off, or a route without an attempt)."""
+    attempt = current_attempt.get()
+    if attempt is not None and attempt.request_id:
+        return attempt.request_id
+    stats = current_request.get()
+    return stats.request_id if stats is not None else None
 
 
 def roll_back(attempt: Attempt, book: DriftBook, reason: str) -> int:

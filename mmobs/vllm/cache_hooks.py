@@ -34,8 +34,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from mmobs.observability.context import current_request
-from mmobs.vllm.cache_attempt import current_attempt
+from mmobs.vllm.cache_attempt import current_attempt, request_id_now
 from mmobs.vllm.cache_drift import DriftBook, DriftFailure, drift_book
 from mmobs.vllm.cache_heal import (
     chat_completion,
@@ -182,7 +181,7 @@ def _get_and_update_item(
         attempt = current_attempt.get()
         if mm_item is None:
             if not self.is_cached_item(mm_hash):
-                request_id = attempt.request_id if attempt is not None else _client_request_id()
+                request_id = request_id_now()
                 book.sender_missed(request_id, mm_hash, None)
                 if drift_error is not None:
                     if attempt is not None:
@@ -205,12 +204,6 @@ def _get_and_update_item(
         return result
 
     return get_and_update_item
-
-
-def _client_request_id() -> str | None:
-    """The request's id where no attempt names vLLM's own (healing off): the X-Request-Id the preset set."""
-    stats = current_request.get()
-    return stats.request_id if stats is not None else None
 
 
 def _item_modality(mm_item: Any) -> str | None:

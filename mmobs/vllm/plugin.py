@@ -38,6 +38,7 @@ nothing. Every replacement is recorded, so :func:`unregister` restores vLLM.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import inspect
 import logging
@@ -92,6 +93,7 @@ _CACHE_BASE = "vllm.multimodal.cache.base"
 _CACHE_SHM = "vllm.multimodal.cache.shm"
 _RENDERERS = "vllm.renderers.base"
 _PROCESSOR = "vllm.multimodal.processing.processor"
+_INPUTS = "vllm.multimodal.processing.inputs"
 
 
 @dataclass
@@ -129,6 +131,7 @@ def register() -> None:
             skipper, skip_plan = _decode_skip_plan()
             plan = _plan(skipper) + skip_plan
             plan += _cache_plan()
+            plan += _uuid_plan()
         except ShapeMismatch as error:
             _declined = True
             say(
@@ -174,7 +177,13 @@ def _startup_line(plan: _Plan, skipper: DecodeSkipper | None) -> str:
         f"fast keys {'on' if _enabled(FAST_KEYS_ENV) else 'off'}",
     ]
     if api_server:
-        switches += [f"decode-free hits {'on' if skipper is not None else 'off'}", f"cache drift {drift}"]
+        checkers = [hook.checker for _, name, hook, _ in plan if name == "get_mm_hashes"]
+        uuids = "off" if not checkers else ("refused" if checkers[0].refuse else "counted")
+        switches += [
+            f"decode-free hits {'on' if skipper is not None else 'off'}",
+            f"cache drift {drift}",
+            f"uuid conflicts {uuids}",
+        ]
     where = "API server" if api_server else "engine process"
     return (
         f"mmobs ({where}): counting vLLM {_vllm_version()}'s multimodal fallbacks; {len(hooked)} attributes wrapped "
@@ -383,6 +392,36 @@ def _cache_plan() -> _Plan:
             error,
         )
         return []
+
+
+def _uuid_plan() -> _Plan:
+    """Client media uuids checked against their content (:mod:`mmobs.vllm.uuid_check`), in the API server only.
+
+    Planned apart, as the cache hooks are: a vLLM whose ``ProcessorInputs`` is shaped otherwise gets one
+    warning and no uuid checks, and keeps the rest of the plugin.
+    """
+    from mmobs.vllm import cache_hooks, uuid_check
+
+    if not cache_hooks.api_server_process():
+        return []
+    try:
+        inputs_class = _attribute(_module(_INPUTS), "ProcessorInputs")
+        fields = {field.name for field in dataclasses.fields(inputs_class)}
+        if not {"mm_data_items", "mm_uuid_items"} <= fields:
+            raise ShapeMismatch(f"ProcessorInputs has no mm_data_items/mm_uuid_items (fields: {sorted(fields)})")
+        original = _function(inputs_class, "get_mm_hashes", parameters=3)
+    except Exception as error:  # noqa: BLE001 - ShapeMismatch, or anything a foreign vLLM raises on import
+        say(
+            logging.WARNING,
+            "mmobs: vLLM %s's ProcessorInputs is not shaped as mmobs expects (%s: %s); client media uuids are not "
+            "checked, the rest of the plugin is loaded.",
+            _vllm_version(),
+            type(error).__name__,
+            error,
+        )
+        return []
+    checker = uuid_check.checker_from_environment()
+    return [(inputs_class, "get_mm_hashes", uuid_check.get_mm_hashes(original, checker), False)]
 
 
 def _enabled(variable: str) -> bool:
