@@ -19,6 +19,9 @@ module                                         wraps
                                                processor-cache hits, API server only
 :mod:`mmobs.vllm.cache_hooks`                  the processor cache drift, API server
                                                only
+:mod:`mmobs.vllm.uuid_check`                   ``ProcessorInputs.get_mm_hashes``:
+                                               client media uuids checked against
+                                               their content, API server only
 this module                                    ``make_async``, the media thread pool
                                                (the request's context carried into
                                                vLLM's executor threads), and
