@@ -78,3 +78,11 @@ def test_without_vllms_configure_logging_a_line_is_not_held_back(
     finally:
         vllm.handlers, vllm.propagate = saved
     assert capsys.readouterr().err == "mmobs: now\n"  # logging's last resort, as for any unconfigured logger
+
+
+def test_no_more_than_max_pending_lines_are_held(unconfigured_vllm: tuple[types.ModuleType, io.StringIO]) -> None:
+    module, stream = unconfigured_vllm
+    for n in range(startup_log.MAX_PENDING + 10):
+        startup_log.say(logging.INFO, "line %d", n)
+    module.configure_logging()
+    assert len(stream.getvalue().splitlines()) == startup_log.MAX_PENDING

@@ -23,8 +23,10 @@ __all__ = ["LOGGER", "say"]
 #: Under vLLM's namespace, so vLLM's handler (or the user's logging config) writes the plugin's lines.
 LOGGER = logging.getLogger("vllm.mmobs")
 
-#: Lines said before vLLM configured its logging, said once it has (see :func:`say`).
+#: Lines said before vLLM configured its logging, said once it has (see :func:`say`); the plugin says a
+#: handful at start-up, and no more than :data:`MAX_PENDING` are held.
 _pending_lines: list[tuple[int, str, tuple[Any, ...]]] = []
+MAX_PENDING = 64
 
 
 def say(level: int, message: str, *args: Any) -> None:
@@ -37,7 +39,8 @@ def say(level: int, message: str, *args: Any) -> None:
     if logger_module is None or not callable(configure):
         LOGGER.log(level, message, *args)
         return
-    _pending_lines.append((level, message, args))
+    if len(_pending_lines) < MAX_PENDING:
+        _pending_lines.append((level, message, args))
     if getattr(configure, "__mmobs_says__", False):
         return
 
