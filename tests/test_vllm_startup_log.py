@@ -86,3 +86,18 @@ def test_no_more_than_max_pending_lines_are_held(unconfigured_vllm: tuple[types.
         startup_log.say(logging.INFO, "line %d", n)
     module.configure_logging()
     assert len(stream.getvalue().splitlines()) == startup_log.MAX_PENDING
+
+
+def test_a_size_switch_that_is_no_whole_number_is_its_default_and_one_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("MMOBS_VLLM_TEST_ENTRIES", "2048")
+    assert startup_log.whole_number_env("MMOBS_VLLM_TEST_ENTRIES", 7) == 2048
+    monkeypatch.setenv("MMOBS_VLLM_TEST_ENTRIES", " ")
+    assert startup_log.whole_number_env("MMOBS_VLLM_TEST_ENTRIES", 7) == 7
+    monkeypatch.setenv("MMOBS_VLLM_TEST_ENTRIES", "-5")
+    with caplog.at_level(logging.WARNING, logger="vllm.mmobs"):
+        assert startup_log.whole_number_env("MMOBS_VLLM_TEST_ENTRIES", 7) == 7
+    assert [r.getMessage() for r in caplog.records] == [
+        "mmobs: MMOBS_VLLM_TEST_ENTRIES='-5' is not a whole number of 0 or more; using 7"
+    ]

@@ -31,7 +31,6 @@ import contextvars
 import copy
 import functools
 import logging
-import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -47,7 +46,7 @@ from mmobs.events import TransposeFailure, get_observer, observing
 from mmobs.vllm.decode_metrics import DecodeSkipMetrics, decode_skip_metrics
 from mmobs.vllm.lazy_image import ImageIdRead, LazyImage, lazy_class
 from mmobs.vllm.shape import vllm_max_pixels
-from mmobs.vllm.startup_log import say
+from mmobs.vllm.startup_log import say, whole_number_env
 
 __all__ = [
     "DECODE_SKIP_ENV",
@@ -192,8 +191,8 @@ class DecodeSkipper:
         self.loader_class = loader_class
         self.metrics = metrics or decode_skip_metrics()
         self.index = index or DecodedIndex(
-            _positive_env(INDEX_ENTRIES_ENV, DEFAULT_INDEX_ENTRIES),
-            _positive_env(INDEX_BYTES_ENV, DEFAULT_INDEX_BYTES),
+            whole_number_env(INDEX_ENTRIES_ENV, DEFAULT_INDEX_ENTRIES),
+            whole_number_env(INDEX_BYTES_ENV, DEFAULT_INDEX_BYTES),
             on_change=self.metrics.index_size,
         )
         self.metrics.index_size(0, 0)
@@ -359,20 +358,6 @@ def _facts(fmt: str | None, mode: str, size: tuple[int, int]) -> LazyImage:
 
 def _no_pixels() -> Image.Image:
     raise ValueError("the image a replayed event names has no pixels")
-
-
-def _positive_env(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        say(logging.WARNING, "mmobs: %s=%r is not a whole number of 0 or more; using %d", name, raw, default)
-        return default
-    return value
 
 
 #: The skipper of this process, once the plugin has planned one (the hooks below are no-ops until then).

@@ -8,17 +8,19 @@ vLLM's logger tree has a handler, and otherwise holds the line until vLLM's
 ``configure_logging`` has run once (it wraps that function for that one call,
 then puts vLLM's back). vLLM's prefix then still names the process
 ``MainProcess`` (it calls itself ``APIServer`` a little later), so the
-plugin's own line says which process it is in.
+plugin's own line says which process it is in. :func:`whole_number_env`
+reads a size switch, and says so when it cannot.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 from typing import Any
 
-__all__ = ["LOGGER", "say"]
+__all__ = ["LOGGER", "MAX_PENDING", "say", "whole_number_env"]
 
 #: Under vLLM's namespace, so vLLM's handler (or the user's logging config) writes the plugin's lines.
 LOGGER = logging.getLogger("vllm.mmobs")
@@ -56,3 +58,15 @@ def say(level: int, message: str, *args: Any) -> None:
 
     configure_logging.__mmobs_says__ = True  # type: ignore[attr-defined]
     setattr(logger_module, "configure_logging", configure_logging)  # noqa: B010
+
+
+def whole_number_env(name: str, default: int) -> int:
+    """A switch that sizes something (``MMOBS_VLLM_*_ENTRIES``, ``*_BYTES``): a whole number, else ``default``
+    and one warning line naming the switch."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if raw.isdigit():
+        return int(raw)
+    say(logging.WARNING, "mmobs: %s=%r is not a whole number of 0 or more; using %d", name, raw, default)
+    return default

@@ -42,7 +42,7 @@ from blake3 import blake3
 from mmobs.events import NULL_OBSERVER, observing
 from mmobs.observability.log_fields import safe_text
 from mmobs.vllm.cache_attempt import request_id_now
-from mmobs.vllm.startup_log import say
+from mmobs.vllm.startup_log import say, whole_number_env
 from mmobs.vllm.uuid_metrics import UuidCheckMetrics, uuid_check_metrics
 
 __all__ = [
@@ -228,15 +228,7 @@ def _refuse_from_environment() -> bool:
 
 def checker_from_environment() -> UuidChecker:
     """The checker the switches ask for (read when vLLM loads the plugin)."""
-    index = UuidIndex(_whole_number(INDEX_ENTRIES_ENV, DEFAULT_ENTRIES), _whole_number(INDEX_BYTES_ENV, DEFAULT_BYTES))
+    index = UuidIndex(
+        whole_number_env(INDEX_ENTRIES_ENV, DEFAULT_ENTRIES), whole_number_env(INDEX_BYTES_ENV, DEFAULT_BYTES)
+    )
     return UuidChecker(index, refuse=_refuse_from_environment())
-
-
-def _whole_number(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    if raw.isdigit():
-        return int(raw)
-    say(logging.WARNING, "mmobs: %s=%r is not a whole number of 0 or more; using %d", name, raw, default)
-    return default
