@@ -25,7 +25,10 @@ Sections, one module each (``--sections`` takes any of them; ``--only a,b`` is t
   latency with decode-free cache hits against vLLM alone (about 6 minutes);
 * ``vllm-uuid-check`` (``bench_vllm_uuid_check.py``): vLLM 0.33's
   ``get_mm_hashes`` in process, with and without a client uuid, checked and
-  not, beside the no-decode key of the same bytes (needs ``.ci/install-vllm``).
+  not, beside the no-decode key of the same bytes (needs ``.ci/install-vllm``);
+* ``vllm-front-end`` (``bench_vllm_front_end.py``): the front end's stage
+  timing on and off, per observation, through vLLM 0.33's own loader,
+  connector and processor in process (needs ``.ci/install-vllm``).
 
 Every comparison runs its competitors in the same rounds, interleaved in a
 shuffled order, and reports medians and the median of per-round ratios (see
@@ -62,6 +65,7 @@ SECTIONS = (
     "vllm-server",
     "vllm-decode-free",
     "vllm-uuid-check",
+    "vllm-front-end",
 )
 
 

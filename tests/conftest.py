@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -75,10 +76,25 @@ def vllm_server_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]
 
 
 @pytest.fixture(scope="session")
-def vllm_server(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """``vllm serve`` with mmobs's plugin and preset, the guard on and vLLM's request log.
+def vllm_media_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``--allowed-local-media-path`` of the shared server and of vLLM alone: their file URLs read it.
 
-    ``server.initial`` holds the mmobs samples read right after start-up, before any request.
+    It is ``media/`` in the shared server's own directory (its working directory), as docs/vllm.md's
+    ``--allowed-local-media-path "$PWD/media"`` has it.
+    """
+    media = tmp_path_factory.mktemp("vllm-server") / "media"
+    media.mkdir()
+    return media
+
+
+@pytest.fixture(scope="session")
+def vllm_server(
+    vllm_server_env: tuple[Any, Any], vllm_media_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """``vllm serve`` with mmobs's plugin and preset, the guard on, vLLM's request log and file URLs allowed.
+
+    ``server.initial`` holds the mmobs samples read right after start-up, before any request;
+    ``server.media_dir`` is the ``--allowed-local-media-path`` its file URLs may read.
     """
     from tests.vllm_server import MMOBS_FLAGS, VllmServer
 
@@ -86,10 +102,11 @@ def vllm_server(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempP
     server = VllmServer(
         venv,
         model,
-        tmp_path_factory.mktemp("vllm-server"),
-        args=[*MMOBS_FLAGS, "--enable-log-requests"],
+        vllm_media_dir.parent,
+        args=[*MMOBS_FLAGS, "--enable-log-requests", "--allowed-local-media-path", str(vllm_media_dir)],
         env={"MMOBS_VLLM_GUARD": "1"},
     )
+    server.media_dir = vllm_media_dir
     try:
         server.wait_until(lambda: "warmup completed" in server.logs(), 60, "done with its multimodal warm-up")
         server.initial = server.samples()
@@ -124,12 +141,14 @@ def vllm_servers_json(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest
 
 
 @pytest.fixture(scope="session")
-def vllm_scale_out(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def vllm_scale_out(
+    vllm_server_env: tuple[Any, Any], vllm_media_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
     """vLLM alone (``MMOBS_VLLM_PLUGIN=0``) behind the preset, ``--enable-scale-out`` (its render endpoint) and
     ``--trust-request-mm-kwargs`` (request-level processor kwargs, which vLLM scopes into the keys).
 
     The oracle of the render-key tests (its keys are vLLM's own hasher's) and the plugin-off state the
-    docs describe (the preset counts HTTP requests only).
+    docs describe (the preset counts HTTP requests only). Its file URLs read the shared server's directory.
     """
     from tests.vllm_server import MMOBS_FLAGS, VllmServer
 
@@ -138,7 +157,13 @@ def vllm_scale_out(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.Te
         venv,
         model,
         tmp_path_factory.mktemp("vllm-scale-out"),
-        args=[*MMOBS_FLAGS, "--enable-scale-out", "--trust-request-mm-kwargs"],
+        args=[
+            *MMOBS_FLAGS,
+            "--enable-scale-out",
+            "--trust-request-mm-kwargs",
+            "--allowed-local-media-path",
+            str(vllm_media_dir),
+        ],
         env={"MMOBS_VLLM_PLUGIN": "0"},
         name="vllm serve --enable-scale-out (MMOBS_VLLM_PLUGIN=0)",
     )

@@ -13,7 +13,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from mmobs.observability.metrics import METRIC_NAMES
+from mmobs.observability.metrics import METRIC_NAMES as HASHER_HTTP_NAMES
+from mmobs.vllm.front_end_metrics import METRIC_NAMES as FRONT_END_NAMES
+
+#: The histogram families whose ``_bucket``/``_sum``/``_count`` series the scanner folds: mmobs's and vLLM's.
+HISTOGRAMS = HASHER_HTTP_NAMES | FRONT_END_NAMES | {"vllm:time_to_first_token_seconds"}
 
 _TOKEN = re.compile(
     r"""
@@ -208,6 +212,6 @@ def family(name: str) -> str:
     """The metric family of a series name: strip histogram suffixes of known families."""
     for suffix in ("_bucket", "_sum", "_count"):
         base = name.removesuffix(suffix)
-        if base != name and base in METRIC_NAMES and not base.endswith(("_total", "_info")):
+        if base != name and base in HISTOGRAMS and not base.endswith(("_total", "_info")):
             return base
     return name

@@ -30,6 +30,7 @@ from dashboards.mixin import rules as mixin_rules
 from mmobs.observability.metrics import METRIC_NAMES as HASHER_HTTP_NAMES
 from mmobs.vllm.cache_metrics import METRIC_NAMES as CACHE_DRIFT_NAMES
 from mmobs.vllm.decode_metrics import METRIC_NAMES as DECODE_SKIP_NAMES
+from mmobs.vllm.front_end_metrics import METRIC_NAMES as FRONT_END_NAMES
 from mmobs.vllm.uuid_metrics import METRIC_NAMES as UUID_CHECK_NAMES
 from tests.alert_lint import lint_alert_document
 from tests.dashboard_lint import lint_dashboard
@@ -54,11 +55,13 @@ EXPECTED_UIDS = {
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 #: Series Prometheus itself provides that the rules may read.
 BUILTIN_METRICS = frozenset({"up"})
-#: vLLM's multimodal cache counters (checked against vLLM's source in test_vllm_metrics.py, and as a real
-#: Prometheus stores them from a real server in test_prometheus.py).
-VLLM_METRICS = frozenset({"vllm:mm_cache_queries_total", "vllm:mm_cache_hits_total"})
-#: mmobs's metrics: the hasher's and the middleware's, and the vLLM plugin's cache drift counters.
-METRIC_NAMES = HASHER_HTTP_NAMES | CACHE_DRIFT_NAMES | DECODE_SKIP_NAMES | UUID_CHECK_NAMES
+#: vLLM's multimodal cache counters and its time to first token (checked against vLLM's source in
+#: test_vllm_metrics.py, and as a real Prometheus stores them from a real server in test_prometheus.py).
+VLLM_METRICS = frozenset(
+    {"vllm:mm_cache_queries_total", "vllm:mm_cache_hits_total", "vllm:time_to_first_token_seconds"}
+)
+#: mmobs's metrics: the hasher's and the middleware's, and the vLLM plugin's.
+METRIC_NAMES = HASHER_HTTP_NAMES | CACHE_DRIFT_NAMES | DECODE_SKIP_NAMES | UUID_CHECK_NAMES | FRONT_END_NAMES
 RUNBOOK_URL = "https://github.com/mmobs/mmobs/blob/main/docs/runbooks/{}.md"
 SEVERITIES = frozenset({"critical", "warning", "info"})
 RATE_INTERVAL = "$__rate_interval"
@@ -245,6 +248,7 @@ def test_mixin_metric_names_are_mmobs_metric_names() -> None:
     assert mixin_metrics.VLLM_CACHE_DRIFT_METRICS == CACHE_DRIFT_NAMES
     assert mixin_metrics.VLLM_DECODE_SKIP_METRICS == DECODE_SKIP_NAMES
     assert mixin_metrics.VLLM_UUID_CHECK_METRICS == UUID_CHECK_NAMES
+    assert mixin_metrics.VLLM_FRONT_END_METRICS == FRONT_END_NAMES
     assert mixin_metrics.VLLM_METRICS == VLLM_METRICS
 
 
@@ -376,10 +380,12 @@ def test_every_panel_has_datasource_description_unit_and_targets() -> None:
 def test_vllm_row_sits_on_the_cache_keys_dashboard() -> None:
     board = dashboards()["mmobs-cache-keys.json"]
     panels = board["panels"]
-    (row_index,) = [i for i, p in enumerate(panels) if p["type"] == "row"]
+    rows = [i for i, p in enumerate(panels) if p["type"] == "row"]
+    assert [panels[i]["title"] for i in rows] == ["vLLM multimodal cache", "Multimodal front end"]
+    row_index = rows[0]
     row = panels[row_index]
-    assert row["title"] == "vLLM multimodal cache" and row["collapsed"] is False
-    below = panels[row_index + 1 :]
+    assert row["collapsed"] is False and panels[rows[1]]["collapsed"] is False
+    below = [p for p in panels[row_index + 1 :] if p["type"] != "row"]
     assert all(p["gridPos"]["y"] > row["gridPos"]["y"] for p in below)
     assert all(p["gridPos"]["y"] < row["gridPos"]["y"] for p in panels[:row_index])
     read = {family(s.name or "") for p in below for t in p["targets"] for s in selectors(t["expr"])}
@@ -445,7 +451,7 @@ def test_dashboards_cover_every_metric() -> None:
 
 
 def test_rule_metrics_exist() -> None:
-    known = set(METRIC_NAMES) | recording_names() | BUILTIN_METRICS
+    known = set(METRIC_NAMES) | recording_names() | BUILTIN_METRICS | VLLM_METRICS
     for path in RULE_FILES:
         for rule in rules(path):
             for selector in selectors(rule["expr"]):

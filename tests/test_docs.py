@@ -21,6 +21,8 @@ from mmobs.vllm.cache_metrics import CACHE_DRIFT_METRICS
 from mmobs.vllm.cache_metrics import METRIC_NAMES as VLLM_CACHE_METRIC_NAMES
 from mmobs.vllm.decode_metrics import DECODE_SKIP_METRICS
 from mmobs.vllm.decode_metrics import METRIC_NAMES as VLLM_DECODE_METRIC_NAMES
+from mmobs.vllm.front_end_metrics import FRONT_END_METRICS
+from mmobs.vllm.front_end_metrics import METRIC_NAMES as VLLM_FRONT_END_METRIC_NAMES
 from mmobs.vllm.uuid_metrics import METRIC_NAMES as VLLM_UUID_METRIC_NAMES
 from mmobs.vllm.uuid_metrics import UUID_CHECK_METRICS
 from tests.markdown import section
@@ -82,9 +84,13 @@ def test_relative_links_lead_somewhere(page: Path) -> None:
 
 
 def test_the_readme_names_every_metric() -> None:
-    listed = set(re.findall(r"`(mmobs_[a-z_]+)`", section(README.read_text(encoding="utf-8"), "## Metrics")))
+    listed = set(re.findall(r"`(mmobs_[a-z0-9_]+)`", section(README.read_text(encoding="utf-8"), "## Metrics")))
     declared = (
-        set(METRIC_NAMES) | set(VLLM_CACHE_METRIC_NAMES) | set(VLLM_DECODE_METRIC_NAMES) | set(VLLM_UUID_METRIC_NAMES)
+        set(METRIC_NAMES)
+        | set(VLLM_CACHE_METRIC_NAMES)
+        | set(VLLM_DECODE_METRIC_NAMES)
+        | set(VLLM_UUID_METRIC_NAMES)
+        | set(VLLM_FRONT_END_METRIC_NAMES)
     )
     assert listed == declared, f"README lacks {sorted(declared - listed)}, names unknown {sorted(listed - declared)}"
 
@@ -107,6 +113,13 @@ def test_the_vllm_page_gives_every_uuid_series_with_its_labels_and_help() -> Non
     rows = re.findall(r"^\| `(mmobs_vllm_[a-z_]+)(?:\{([a-z_, ]*)\})?` \| (.+) \|$", text, flags=re.MULTILINE)
     documented = [(name, tuple(filter(None, labels.split(", "))), meaning) for name, labels, meaning in rows]
     assert documented == [(spec.name, spec.labels, spec.documentation) for spec in UUID_CHECK_METRICS]
+
+
+def test_the_vllm_page_gives_every_front_end_series_with_its_labels_and_help() -> None:
+    text = section((DOCS / "vllm.md").read_text(encoding="utf-8"), "## The multimodal front end")
+    rows = re.findall(r"^\| `(mmobs_vllm_[a-z0-9_]+)(?:\{([a-z_, ]*)\})?` \| (.+) \|$", text, flags=re.MULTILINE)
+    documented = [(name, tuple(filter(None, labels.split(", "))), meaning) for name, labels, meaning in rows]
+    assert documented == [(spec.name, spec.labels, spec.documentation) for spec in FRONT_END_METRICS]
 
 
 def test_the_library_page_gives_every_metric_with_its_labels() -> None:

@@ -29,7 +29,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from dashboards.mixin import MixinConfig, vllm_cache
 from dashboards.mixin.promql import QueryStyle
 from tests import golden, images
+from tests.media_server import serving
 from tests.support import ManagedProcess, ServiceProcess, data_url, free_port, require_binary
+from tests.test_vllm_front_end_server import fresh_jpeg, published, send
 from tests.test_vllm_server import chat
 from tests.vllm_metrics import read_definitions
 from tests.vllm_server import VllmServer, delta, require_vllm_server
@@ -46,6 +48,8 @@ BAD_IMAGES = 4
 #: Chat completions sent to the vLLM server: the seed's image, then one photo again and again (cache hits).
 VLLM_FALLBACKS = 4
 VLLM_REPEATS = 6
+#: Chat completions with a new image by URL: one http(s), one file.
+VLLM_BY_URL = 2
 
 
 def _queries_module() -> Any:
@@ -152,6 +156,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory, vllm: VllmServer | None) -> 
             fallbacks_before = prometheus.scalar(f'sum(mmobs_exif_fallback_total{{job="{VLLM_JOB}"}}) or vector(0)')
             for data in [bad_jpeg] * VLLM_FALLBACKS + [good[0]] * VLLM_REPEATS:
                 assert chat(vllm, data)[0] == 200
+            # Images by URL too (the front-end row's downloads), each new to the server (its processor runs).
+            with serving(vllm.media_dir) as media:
+                assert send(vllm, [f"{media}/{published(vllm, fresh_jpeg(), '.jpg')}"])[0] == 200
+            assert send(vllm, [(vllm.media_dir / published(vllm, fresh_jpeg(), ".jpg")).as_uri()])[0] == 200
             vllm_after = vllm.samples("vllm:mm_cache")
             prometheus.wait_until(
                 lambda: (
@@ -271,7 +279,8 @@ def test_vllm_row_hit_rate_and_model_variable_see_vllm(stack):
     moved = delta(stack.vllm_before, stack.vllm_after)
     hits = sum(value for (name, _), value in moved.items() if name == "vllm:mm_cache_hits_total")
     lookups = sum(value for (name, _), value in moved.items() if name == "vllm:mm_cache_queries_total")
-    assert lookups == VLLM_FALLBACKS + VLLM_REPEATS and hits >= VLLM_FALLBACKS + VLLM_REPEATS - 2, moved
+    assert lookups == VLLM_FALLBACKS + VLLM_REPEATS + VLLM_BY_URL, moved
+    assert hits >= VLLM_FALLBACKS + VLLM_REPEATS - 2, moved
     (sample,) = stack.prometheus.query(
         queries.substitute(vllm_cache.hit_rate(query), job=VLLM_JOB, model_name=vllm.model)
     )

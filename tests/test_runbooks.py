@@ -301,6 +301,10 @@ def check_output(command: Command, output: str, placeholders: dict[str, str], se
             assert [json.loads(line)["event"] for line in output.splitlines()].count("http_request") == 1
     elif "grep -c" in text:
         assert int(output) > (10 if server == "mmobs serve" else 0), text
+    elif "grep -E '^" in text:
+        pattern = re.search(r"grep -E '([^']+)'", text).group(1)  # type: ignore[union-attr]
+        lines = output.splitlines()
+        assert lines and all(re.match(pattern, line) for line in lines), text
     elif "grep '^" in text:
         prefix = re.search(r"grep '\^([\w]+)'", text).group(1)
         lines = output.splitlines()

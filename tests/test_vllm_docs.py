@@ -82,7 +82,12 @@ def exports(text: str) -> dict[str, str]:
 def serve_words(command: str, server: VllmServer) -> list[str]:
     """A page's ``vllm serve`` line as the words it runs, its variables set to ``server``'s."""
     code = command.split("2>&1")[0]
-    values = {"VLLM_VENV": str(Path(server.command[0]).parents[1]), "MODEL": server.model, "PORT": str(server.port)}
+    values = {
+        "VLLM_VENV": str(Path(server.command[0]).parents[1]),
+        "MODEL": server.model,
+        "PORT": str(server.port),
+        "PWD": str(server.media_dir.parent),  # the server's working directory
+    }
     for name, value in values.items():
         code = code.replace(f"${name}", value)
     return shlex.split(code)
@@ -111,7 +116,7 @@ def test_the_serve_commands_are_what_the_servers_run(vllm_server: VllmServer) ->
     start = text_log.index(vllm_server.command[0])
     assert dict(w.split("=", 1) for w in text_log[:start]) == {"VLLM_CPU_KVCACHE_SPACE": "1", **vllm_server.extra_env}
     assert text_log[start:] == vllm_server.command
-    assert json_log == ["VLLM_LOGGING_CONFIG_PATH=$PWD/vllm-logging.json", *text_log]
+    assert json_log == [f"VLLM_LOGGING_CONFIG_PATH={vllm_server.media_dir.parent}/vllm-logging.json", *text_log]
 
 
 # -- the page's commands, on both log formats ------------------------------------------------------

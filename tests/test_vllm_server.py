@@ -44,6 +44,7 @@ from mmobs.events import RecordingObserver, observing
 from mmobs.keys.guard import check_image_bytes
 from mmobs.observability.metrics import exception_label
 from mmobs.vllm.decode_metrics import METRIC_NAMES as DECODE_SKIP_NAMES
+from mmobs.vllm.front_end_metrics import METRIC_NAMES as FRONT_END_NAMES
 from scripts.corpus import build_corpus
 from tests import golden
 from tests.test_vllm_differential import KNOWN_LOADER_DIFFERENCES
@@ -57,6 +58,7 @@ ROUTE = "/v1/chat/completions"
 VLLM_MAX_IMAGE_PIXELS = 178_956_970
 SEED = golden.input_bytes("bad-exif-header.jpg")
 PHOTO = golden.input_bytes("photo.jpg")
+FRONT_END = "mmobs_vllm_mm_preprocessing_total_seconds"
 #: Histogram series whose value (a time, a size) the test cannot know: only their counts are compared.
 _UNKNOWABLE = ("_bucket", "_sum")
 
@@ -169,13 +171,16 @@ def drift_sampled(payloads: list[bytes], seed: str) -> list[bool]:
 def comparable(moved: dict[Any, float]) -> Counter[Any]:
     """The moved series that a test can predict exactly (no hasher_info, no bucket or time sums).
 
-    Nor the decode-free hits': whether an image is decoded again depends on what the server saw
-    before the test (tests/test_vllm_decode_free_hits.py counts them exactly, on images of its own).
+    Nor the decode-free hits' or the front end's stages: whether an image is decoded again, or
+    processed, depends on what the server saw before the test (tests/test_vllm_decode_free_hits.py
+    and tests/test_vllm_front_end.py count them exactly, on images of their own).
     """
     kept: Counter[Any] = Counter()
     for key, value in moved.items():
         name = key[0]
         if name == "mmobs_hasher_info" or name.endswith(_UNKNOWABLE) or name in DECODE_SKIP_NAMES:
+            continue
+        if name.removesuffix("_count") in FRONT_END_NAMES:
             continue
         kept[key] = int(value) if float(value).is_integer() else value
     return kept
@@ -262,6 +267,12 @@ def test_nothing_is_counted_before_the_first_request(vllm_server: VllmServer) ->
     # The series exist (the plugin is loaded and its metrics registered), at zero.
     assert series("mmobs_exif_fallback_total", kind="media_with_bytes", exception="SyntaxError") in vllm_server.initial
     assert series("mmobs_hash_duration_seconds_count", algorithm="blake3") in vllm_server.initial
+    # The front end's series of the served model too (rate() needs them at 0 before the first request),
+    # and no stage's: those are made by the first item through them.
+    made = {dict(key[1])["items"] for key in vllm_server.initial if key[0] == f"{FRONT_END}_count"}
+    assert made == {"0", "1", "2-3", "4-7", "8+"}
+    assert series(f"{FRONT_END}_count", model_name=vllm_server.model, items="1") in vllm_server.initial
+    assert not [key for key in vllm_server.initial if key[0].startswith("mmobs_vllm_mm_decode_seconds")]
 
 
 def test_the_plugin_loads_in_every_vllm_process(vllm_server: VllmServer) -> None:
@@ -279,7 +290,7 @@ def test_the_plugin_loads_in_every_vllm_process(vllm_server: VllmServer) -> None
     api = loaded["mmobs (API server)"]
     assert int(api["pid"]) == vllm_server.process.pid and api["level"] == "INFO"
     assert re.search(r"; \d+ attributes wrapped \(.*ImageMediaIO\.load_bytes.*\); guard on, fast keys off, "
-                     r"decode-free hits on, cache drift healed, uuid conflicts refused$", api["message"]), api["message"]  # fmt: skip
+                     r"decode-free hits on, cache drift healed, uuid conflicts refused, front-end stages timed$", api["message"]), api["message"]  # fmt: skip
     engines = [
         m for m in map(VLLM_LINE.match, vllm_server.log_lines()) if m and "mmobs (engine process)" in m["message"]
     ]

@@ -20,7 +20,8 @@ from pathlib import Path
 #: Where vLLM defines its Prometheus metrics, relative to the installed package.
 LOGGERS = Path("v1/metrics/loggers.py")
 LOGGER_CLASS = "PrometheusStatLogger"
-MM_CACHE_METRICS = ("vllm:mm_cache_queries", "vllm:mm_cache_hits")
+#: What the dashboards and alerts read of vLLM's: its multimodal cache counters and its time to first token.
+MM_CACHE_METRICS = ("vllm:mm_cache_queries", "vllm:mm_cache_hits", "vllm:time_to_first_token_seconds")
 #: What ``_counter_cls`` etc. construct (prometheus_client's types).
 _KINDS = {"_counter_cls": "counter", "_gauge_cls": "gauge", "_histogram_cls": "histogram"}
 
@@ -123,6 +124,12 @@ VLLM_0_33 = {
         "vllm:mm_cache_hits",
         "counter",
         "Multi-modal cache hits, in terms of number of cached items.",
+        ("model_name", "engine"),
+    ),
+    "vllm:time_to_first_token_seconds": MetricDefinition(
+        "vllm:time_to_first_token_seconds",
+        "histogram",
+        "Histogram of time to first token in seconds.",
         ("model_name", "engine"),
     ),
 }

@@ -1,8 +1,9 @@
 """Dashboard "mmobs / Cache keys": where keys come from, whether they stay stable, what hashing costs.
 
 Sections, top to bottom, one function each: the overview stats, key sources,
-drift, the fleet's hasher fingerprints, hashing cost, HTTP, and the vLLM
-multimodal cache row (:mod:`.vllm_cache`).
+drift, the fleet's hasher fingerprints, hashing cost, HTTP, the vLLM
+multimodal cache row (:mod:`.vllm_cache`) and the multimodal front end row
+(:mod:`.vllm_front_end`).
 
 To add a panel to a section, append it to the list that section's function
 returns; :func:`two_per_line` lays any number out. New HTTP metrics (requests
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import metrics, vllm_cache
+from . import metrics, vllm_cache, vllm_front_end
 from .config import MixinConfig
 from .dashboard import dashboard, standard_variables
 from .panels import GridLine, layout, quantile_targets, stat, table, target, thresholds, timeseries
@@ -274,6 +275,7 @@ def build(config: MixinConfig) -> dict[str, Any]:
         *two_per_line(hashing(query)),
         *two_per_line(http_panels(query)),
         *vllm_cache.lines(query),
+        *vllm_front_end.lines(query),
     ]
     return dashboard(
         UID,

@@ -108,6 +108,29 @@ VLLM_UUID_CHECK_METRICS: frozenset[str] = frozenset(
     {VLLM_UUID_ITEMS, VLLM_UUID_CONFLICTS, VLLM_UUID_INDEX_ENTRIES, VLLM_UUID_INDEX_BYTES}
 )
 
+# -- mmobs inside vLLM's API server (mmobs/vllm/front_end_metrics.py) ---------------------
+#: The multimodal front end's stages: downloads (seconds and bytes), data URLs' base64, image
+#: decodes, the HF processor on a request's misses (seconds and items), and the whole front end.
+VLLM_MEDIA_DOWNLOAD = "mmobs_vllm_mm_media_download_seconds"
+VLLM_MEDIA_DOWNLOAD_SIZE = "mmobs_vllm_mm_media_download_bytes"
+VLLM_BASE64_DECODE = "mmobs_vllm_mm_base64_decode_seconds"
+VLLM_DECODE = "mmobs_vllm_mm_decode_seconds"
+VLLM_PROCESSOR = "mmobs_vllm_mm_processor_seconds"
+VLLM_PROCESSOR_ITEMS = "mmobs_vllm_mm_processor_items"
+VLLM_FRONT_END = "mmobs_vllm_mm_preprocessing_total_seconds"
+
+VLLM_FRONT_END_METRICS: frozenset[str] = frozenset(
+    {
+        VLLM_MEDIA_DOWNLOAD,
+        VLLM_MEDIA_DOWNLOAD_SIZE,
+        VLLM_BASE64_DECODE,
+        VLLM_DECODE,
+        VLLM_PROCESSOR,
+        VLLM_PROCESSOR_ITEMS,
+        VLLM_FRONT_END,
+    }
+)
+
 #: The metric the job/instance variables read their values from. Its children
 #: are created up front, so it exists from the first scrape of any mmobs process.
 VARIABLE_METRIC = MEDIA_KEYS
@@ -122,7 +145,10 @@ VLLM_MM_CACHE_HITS = "vllm:mm_cache_hits_total"
 #: The labels vLLM puts on every per-engine metric.
 VLLM_LABELS: tuple[str, ...] = ("model_name", "engine")
 
-VLLM_METRICS: frozenset[str] = frozenset({VLLM_MM_CACHE_QUERIES, VLLM_MM_CACHE_HITS})
+#: Time to first token (a Histogram, seconds), counted from the arrival vLLM's renderer records.
+VLLM_TTFT = "vllm:time_to_first_token_seconds"
+
+VLLM_METRICS: frozenset[str] = frozenset({VLLM_MM_CACHE_QUERIES, VLLM_MM_CACHE_HITS, VLLM_TTFT})
 
 
 # -- label values ---------------------------------------------------------------

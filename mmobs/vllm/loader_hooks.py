@@ -13,7 +13,8 @@ that imported it by name, Molmo2's included)
 With the guard (``MMOBS_VLLM_GUARD=1``) mmobs's structural checks run before
 vLLM decodes; with decode-free hits (:mod:`mmobs.vllm.decode_skip`, on by
 default) bytes this process already decoded, whose key the processor cache
-holds, are not decoded again.
+holds, are not decoded again. Each load and each data URL's base64 is timed
+(:mod:`mmobs.vllm.front_end`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import functools
 import io
 import sys
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 from PIL import Image, ImageOps
@@ -31,7 +33,7 @@ from mmobs.errors import BadImageError, BadImageReason
 from mmobs.events import TransposeFailure, get_observer
 from mmobs.keys.guard import check_image_bytes
 from mmobs.keys.loader import bad_image_from_pillow, empty_image_error, report_bad_image
-from mmobs.vllm import decode_skip
+from mmobs.vllm import decode_skip, front_end
 from mmobs.vllm.shape import vllm_max_pixels
 
 __all__ = ["load_bytes", "load_data_url", "normalize_image", "vllm_message"]
@@ -66,6 +68,18 @@ def load_bytes(
 
     @functools.wraps(original)
     def load_bytes(self: Any, data: bytes) -> Any:
+        if not front_end.watched():
+            return checked_load(self, data)
+        started = perf_counter()
+        front_end.loader_entered(started, data)
+        result = None
+        try:
+            result = checked_load(self, data)
+            return result
+        finally:
+            front_end.decoded(data, result, perf_counter() - started)
+
+    def checked_load(self: Any, data: bytes) -> Any:
         if guard:
             try:
                 check_image_bytes(data, max_pixels=vllm_max_pixels())
@@ -102,16 +116,21 @@ def load_data_url(original: Callable[..., Any], loader_class: type, *, guard: bo
 
     @functools.wraps(original)
     def load_data_url(self: Any, url: str, media_io: Any) -> Any:
+        if not isinstance(media_io, loader_class):
+            return original(self, url, media_io)
+        front_end.open_data_url()
         try:
             return original(self, url, media_io)
         except Exception as error:
-            if not isinstance(media_io, loader_class) or getattr(error, _REPORTED, False):
+            if getattr(error, _REPORTED, False):
                 raise
             reason: BadImageReason = "bad_base64" if isinstance(error, binascii.Error) else "bad_data_url"
             refusal = report_bad_image(BadImageError(reason, f"{type(error).__name__}: {error}"[:300]))
             if guard and not isinstance(error, ValueError):
                 raise _named(refusal) from error
             raise
+        finally:
+            front_end.close_data_url()
 
     return load_data_url
 

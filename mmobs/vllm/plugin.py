@@ -22,6 +22,10 @@ module                                         wraps
 :mod:`mmobs.vllm.uuid_check`                   ``ProcessorInputs.get_mm_hashes``:
                                                client media uuids checked against
                                                their content, API server only
+:mod:`mmobs.vllm.front_end`                    the downloads, the HF processor and
+                                               ``InputProcessor.process_inputs``: the
+                                               front end's stages timed, API server
+                                               only
 this module                                    ``make_async``, the media thread pool
                                                (the request's context carried into
                                                vLLM's executor threads), and
@@ -40,6 +44,7 @@ nothing. Every replacement is recorded, so :func:`unregister` restores vLLM.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -59,7 +64,7 @@ from PIL import Image
 from mmobs.events import observing
 from mmobs.keys.hashing import IMAGE_ID_TAG
 from mmobs.observability.stdlib_events import log_events_to_stdlib
-from mmobs.vllm import decode_skip, key_hooks, loader_hooks
+from mmobs.vllm import decode_skip, front_end, key_hooks, loader_hooks
 from mmobs.vllm.decode_skip import DECODE_SKIP_ENV, DecodeSkipper
 from mmobs.vllm.lazy_image import lazy_class
 from mmobs.vllm.shape import ShapeMismatch
@@ -97,6 +102,8 @@ _CACHE_SHM = "vllm.multimodal.cache.shm"
 _RENDERERS = "vllm.renderers.base"
 _PROCESSOR = "vllm.multimodal.processing.processor"
 _INPUTS = "vllm.multimodal.processing.inputs"
+_CONNECTIONS = "vllm.connections"
+_INPUT_PROCESSOR = "vllm.v1.engine.input_processor"
 
 
 @dataclass
@@ -135,6 +142,7 @@ def register() -> None:
             plan = _plan(skipper) + skip_plan
             plan += _cache_plan()
             plan += _uuid_plan()
+            plan += _front_end_plan()
         except ShapeMismatch as error:
             _declined = True
             say(
@@ -186,6 +194,7 @@ def _startup_line(plan: _Plan, skipper: DecodeSkipper | None) -> str:
             f"decode-free hits {'on' if skipper is not None else 'off'}",
             f"cache drift {drift}",
             f"uuid conflicts {uuids}",
+            f"front-end stages {'timed' if any(name == 'process_inputs' for _, name, _, _ in plan) else 'off'}",
         ]
     where = "API server" if api_server else "engine process"
     return (
@@ -425,6 +434,93 @@ def _uuid_plan() -> _Plan:
         return []
     checker = uuid_check.checker_from_environment()
     return [(inputs_class, "get_mm_hashes", uuid_check.get_mm_hashes(original, checker), False)]
+
+
+def _front_end_plan() -> _Plan:
+    """The front end's stages timed (:mod:`mmobs.vllm.front_end`), in the API server only.
+
+    The loader's own stages (base64, decode) are timed by the loader hooks; these
+    are the downloads, the HF processor and the hand-off to the engine. Planned
+    apart: a vLLM shaped otherwise gets one warning and keeps the rest of the plugin.
+    """
+    from mmobs.vllm import cache_hooks
+
+    if not cache_hooks.api_server_process():
+        return []
+    try:
+        connector_class = _attribute(_module(_CONNECTOR), "MediaConnector")
+        loader_class = _attribute(_module(_MEDIA_IMAGE), "ImageMediaIO")
+        connection_class = _attribute(_module(_CONNECTIONS), "HTTPConnection")
+        processor_class = _attribute(_module(_PROCESSOR), "BaseMultiModalProcessor")
+        plan: _Plan = [
+            (
+                connector_class,
+                "load_from_url",
+                front_end.media_fetch(_function(connector_class, "load_from_url")),
+                False,
+            ),
+            (
+                connector_class,
+                "load_from_url_async",
+                front_end.media_fetch(_function(connector_class, "load_from_url_async")),
+                False,
+            ),
+            (
+                connector_class,
+                "_load_file_url",
+                front_end.file_url(_function(connector_class, "_load_file_url", parameters=3), loader_class),
+                False,
+            ),
+            (connection_class, "get_bytes", front_end.download(_function(connection_class, "get_bytes")), False),
+            (
+                connection_class,
+                "async_get_bytes",
+                front_end.download(_function(connection_class, "async_get_bytes")),
+                False,
+            ),
+            (
+                processor_class,
+                "__init__",
+                _registering(vars(processor_class)["__init__"], _time_processor),
+                False,
+            ),
+        ]
+        _function(processor_class, "_apply_hf_processor_main", parameters=3)
+    except Exception as error:  # noqa: BLE001 - ShapeMismatch, or anything a foreign vLLM raises on import
+        _front_end_declined("multimodal front end", "its stages are not timed", error)
+        return []
+    try:  # the engine's side: needs vLLM's engine dependencies (msgspec), which a bare vLLM may lack
+        input_processor_class = _attribute(_module(_INPUT_PROCESSOR), "InputProcessor")
+        handoff = front_end.process_inputs(_function(input_processor_class, "process_inputs"))
+        made = _registering(vars(input_processor_class)["__init__"], front_end.input_processor_made)
+    except Exception as error:  # noqa: BLE001 - as above
+        _front_end_declined("InputProcessor", "the whole front end (from arrival to the engine) is not timed", error)
+        return plan
+    return [
+        *plan,
+        (input_processor_class, "process_inputs", handoff, False),
+        (input_processor_class, "__init__", made, False),
+    ]
+
+
+def _front_end_declined(what: str, consequence: str, error: Exception) -> None:
+    say(
+        logging.WARNING,
+        "mmobs: vLLM %s's %s is not shaped as mmobs expects (%s: %s); %s, the rest of the plugin is loaded.",
+        _vllm_version(),
+        what,
+        type(error).__name__,
+        error,
+        consequence,
+    )
+
+
+def _time_processor(processor: Any) -> None:
+    """A new processor's ``_apply_hf_processor_main`` (its model's own, if it overrides vLLM's), timed."""
+    method = getattr(processor, "_apply_hf_processor_main", None)
+    if callable(method) and not getattr(method, "__mmobs_timed__", False):
+        with contextlib.suppress(AttributeError):  # a processor with __slots__: untimed, never broken
+            processor._apply_hf_processor_main = front_end.timed_processor(method)
 
 
 def _enabled(variable: str) -> bool:
