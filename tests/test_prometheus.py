@@ -254,9 +254,11 @@ def test_vllm_series_are_named_labelled_and_typed_as_vllm_defines_them(stack):
     for definition in found.values():
         family = families[definition.name]
         assert (family.type, family.documentation) == (definition.kind, definition.documentation)
-        samples = [sample for sample in family.samples if sample.name == definition.exported_name]
+        # A histogram's series are its _count and _sum (and _bucket, with le): its _count stands for them.
+        wire = definition.exported_name + ("_count" if definition.kind == "histogram" else "")
+        samples = [sample for sample in family.samples if sample.name == wire]
         assert samples and all(set(sample.labels) == set(definition.labelnames) for sample in samples), samples
-        stored = stack.prometheus.query(f'{{__name__="{definition.exported_name}",job="{VLLM_JOB}"}}')
+        stored = stack.prometheus.query(f'{{__name__="{wire}",job="{VLLM_JOB}"}}')
         assert len(stored) == len(samples), (definition, stored)
         for sample in stored:
             assert set(sample["metric"]) == {"__name__", "job", "instance", *definition.labelnames}, sample

@@ -452,39 +452,17 @@ def _front_end_plan() -> _Plan:
         loader_class = _attribute(_module(_MEDIA_IMAGE), "ImageMediaIO")
         connection_class = _attribute(_module(_CONNECTIONS), "HTTPConnection")
         processor_class = _attribute(_module(_PROCESSOR), "BaseMultiModalProcessor")
-        plan: _Plan = [
-            (
-                connector_class,
-                "load_from_url",
-                front_end.media_fetch(_function(connector_class, "load_from_url")),
-                False,
-            ),
-            (
-                connector_class,
-                "load_from_url_async",
-                front_end.media_fetch(_function(connector_class, "load_from_url_async")),
-                False,
-            ),
-            (
-                connector_class,
-                "_load_file_url",
-                front_end.file_url(_function(connector_class, "_load_file_url", parameters=3), loader_class),
-                False,
-            ),
-            (connection_class, "get_bytes", front_end.download(_function(connection_class, "get_bytes")), False),
-            (
-                connection_class,
-                "async_get_bytes",
-                front_end.download(_function(connection_class, "async_get_bytes")),
-                False,
-            ),
-            (
-                processor_class,
-                "__init__",
-                _registering(vars(processor_class)["__init__"], _time_processor),
-                False,
-            ),
-        ]
+        wrapped = (
+            (connector_class, "load_from_url", front_end.media_fetch),
+            (connector_class, "load_from_url_async", front_end.media_fetch),
+            (connection_class, "get_bytes", front_end.download),
+            (connection_class, "async_get_bytes", front_end.download),
+        )
+        plan: _Plan = [(owner, name, wrap(_function(owner, name)), False) for owner, name, wrap in wrapped]
+        file_url = front_end.file_url(_function(connector_class, "_load_file_url", parameters=3), loader_class)
+        plan.append((connector_class, "_load_file_url", file_url, False))
+        processor_init = _registering(vars(processor_class)["__init__"], _time_processor)
+        plan.append((processor_class, "__init__", processor_init, False))
         _function(processor_class, "_apply_hf_processor_main", parameters=3)
     except Exception as error:  # noqa: BLE001 - ShapeMismatch, or anything a foreign vLLM raises on import
         _front_end_declined("multimodal front end", "its stages are not timed", error)
