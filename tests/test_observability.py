@@ -446,3 +446,28 @@ def test_events_keep_one_line_where_nobody_configured_structlog():
     )
     (line,) = result.stdout.splitlines()
     assert "exif_fallback" in line and "exception_type=SyntaxError" in line and "kind=media_with_bytes" in line
+
+
+def test_made_once_makes_its_object_once_however_many_threads_ask_first() -> None:
+    """The process's series are registered exactly once: a second registration would raise."""
+    import threading
+    import time
+
+    from mmobs.observability.metrics import made_once
+
+    made: list[object] = []
+
+    def slow_factory() -> object:
+        time.sleep(0.05)  # long enough for every thread to arrive before the first is done
+        made.append(object())
+        return made[-1]
+
+    once = made_once(slow_factory)
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(once())) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(made) == 1 and got == made * 8 and once() is made[0]
+    assert once.__name__ == "slow_factory"

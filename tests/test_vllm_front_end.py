@@ -97,6 +97,15 @@ DOWNLOAD_BYTES = "mmobs_vllm_mm_media_download_bytes_count"
 DOWNLOAD_BYTES_SUM = "mmobs_vllm_mm_media_download_bytes_sum"
 
 
+def downloaded(modality: str, scheme: str, nbytes: int) -> Counts:
+    """What one fetch of ``nbytes`` bytes moves in the download histograms."""
+    return {
+        key(DOWNLOAD, modality=modality, scheme=scheme, outcome="ok"): 1,
+        key(DOWNLOAD_BYTES, modality=modality, scheme=scheme): 1,
+        key(DOWNLOAD_BYTES_SUM, modality=modality, scheme=scheme): nbytes,
+    }
+
+
 def data_url(data: bytes, media_type: str = "image/jpeg") -> str:
     return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
 
@@ -155,9 +164,7 @@ def test_an_http_url_is_one_download_of_exactly_its_bytes_and_one_decode(
     image = fetch(vllm, f"{media.url}/chart.png", asynchronous=asynchronous)
     assert image.media.size == (40, 30)
     assert counts(metrics) == {
-        key(DOWNLOAD, modality="image", scheme="http", outcome="ok"): 1,
-        key(DOWNLOAD_BYTES, modality="image", scheme="http"): 1,
-        key(DOWNLOAD_BYTES_SUM, modality="image", scheme="http"): len(media.files["chart.png"]),
+        **downloaded("image", "http", len(media.files["chart.png"])),
         key(DECODE, modality="image", format="png", outcome="decoded"): 1,
     }
 
@@ -177,9 +184,7 @@ def test_a_download_is_labelled_with_the_modality_it_fetches(
     with pytest.raises(Exception):  # noqa: B017 - a JPEG is not audio; vLLM's audio loader says so its own way
         fetch(vllm, f"{media.url}/photo.jpg", media_io=vllm.audio_io())
     assert counts(metrics) == {
-        key(DOWNLOAD, modality="audio", scheme="http", outcome="ok"): 1,
-        key(DOWNLOAD_BYTES, modality="audio", scheme="http"): 1,
-        key(DOWNLOAD_BYTES_SUM, modality="audio", scheme="http"): len(media.files["photo.jpg"]),
+        **downloaded("audio", "http", len(media.files["photo.jpg"])),
     }
 
 
@@ -190,9 +195,7 @@ def test_a_file_url_is_one_read_of_exactly_its_bytes_and_one_decode(
     image = fetch(vllm, url, allowed_local_media_path=str(media.directory))
     assert image.media.size == (96, 64)
     assert counts(metrics) == {
-        key(DOWNLOAD, modality="image", scheme="file", outcome="ok"): 1,
-        key(DOWNLOAD_BYTES, modality="image", scheme="file"): 1,
-        key(DOWNLOAD_BYTES_SUM, modality="image", scheme="file"): len(media.files["photo.jpg"]),
+        **downloaded("image", "file", len(media.files["photo.jpg"])),
         key(DECODE, modality="image", format="jpeg", outcome="decoded"): 1,
     }
 

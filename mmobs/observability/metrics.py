@@ -15,14 +15,16 @@ Children are cached in dicts so the hot path is a dict lookup and an ``inc``.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import struct
+import threading
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
@@ -46,6 +48,7 @@ __all__ = [
     "exception_label",
     "fast_inc",
     "fast_observe",
+    "made_once",
     "multiprocess_dir",
     "request_exemplar",
 ]
@@ -246,6 +249,32 @@ def fast_observe(child: Any) -> Callable[[float], None]:
         bucket_incs[bisect_left(bounds, amount)](1)
 
     return observe
+
+
+_T = TypeVar("_T")
+
+
+def made_once(factory: Callable[[], _T]) -> Callable[[], _T]:
+    """``factory`` called once, on first use, under a lock; the same object on every later call.
+
+    For a process's one set of series in the default registry: made twice, the
+    second would raise prometheus_client's "Duplicated timeseries" (``functools.cache``
+    may call its function twice when two threads race). Made on first use, a
+    process that never needs them (vLLM's engine, a plugin that declined) never
+    registers them.
+    """
+    made: list[_T] = []
+    lock = threading.Lock()
+
+    @functools.wraps(factory)
+    def once() -> _T:
+        if not made:
+            with lock:
+                if not made:
+                    made.append(factory())
+        return made[0]
+
+    return once
 
 
 def multiprocess_dir() -> str | None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from mmobs.observability.log_fields import safe_text
+from mmobs.observability.metrics import made_once
 from mmobs.vllm.cache_metrics import CacheDriftMetrics, cache_drift_metrics, engine_label
 
 __all__ = ["HASH_CHARS", "BoundedMap", "DriftBook", "DriftFailure", "drift_book", "short_hash"]
@@ -176,15 +177,7 @@ class DriftBook:
         self.log.warning("mm_cache_drift", **fields)
 
 
-_book: DriftBook | None = None
-_book_lock = threading.Lock()
-
-
+@made_once
 def drift_book() -> DriftBook:
     """The API server's one :class:`DriftBook`, made on first use (its counters register then)."""
-    global _book
-    if _book is None:
-        with _book_lock:
-            if _book is None:
-                _book = DriftBook()
-    return _book
+    return DriftBook()

@@ -18,7 +18,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
-from mmobs.observability.metrics import MetricSpec
+from mmobs.observability.metrics import MetricSpec, made_once
 
 __all__ = [
     "CACHE_DRIFT_METRICS",
@@ -111,15 +111,7 @@ class CacheDriftMetrics:
         return children
 
 
-_metrics: CacheDriftMetrics | None = None
-_metrics_lock = threading.Lock()
-
-
+@made_once
 def cache_drift_metrics() -> CacheDriftMetrics:
     """The process's counters in prometheus_client's default registry (vLLM's ``/metrics``), made once."""
-    global _metrics
-    if _metrics is None:
-        with _metrics_lock:
-            if _metrics is None:
-                _metrics = CacheDriftMetrics()
-    return _metrics
+    return CacheDriftMetrics()

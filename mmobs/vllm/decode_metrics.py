@@ -9,11 +9,9 @@ over the live API servers when ``--api-server-count`` above 1 shares a
 
 from __future__ import annotations
 
-import threading
-
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
-from mmobs.observability.metrics import MetricSpec
+from mmobs.observability.metrics import MetricSpec, made_once
 
 __all__ = ["DECODE_SKIP_METRICS", "METRIC_NAMES", "DecodeSkipMetrics", "decode_skip_metrics"]
 
@@ -81,15 +79,7 @@ class DecodeSkipMetrics:
         self.index_bytes.set(nbytes)
 
 
-_metrics: DecodeSkipMetrics | None = None
-_metrics_lock = threading.Lock()
-
-
+@made_once
 def decode_skip_metrics() -> DecodeSkipMetrics:
     """The process's series in prometheus_client's default registry (vLLM's ``/metrics``), made once."""
-    global _metrics
-    if _metrics is None:
-        with _metrics_lock:
-            if _metrics is None:
-                _metrics = DecodeSkipMetrics()
-    return _metrics
+    return DecodeSkipMetrics()

@@ -16,13 +16,12 @@ vllm-front-end``).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Literal, get_args
 
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 
-from mmobs.observability.metrics import MetricSpec, fast_observe
+from mmobs.observability.metrics import MetricSpec, fast_observe, made_once
 
 __all__ = [
     "DECODE_OUTCOMES",
@@ -181,15 +180,7 @@ class FrontEndMetrics:
         (self._bound["front_end"].get(labels) or self._bind("front_end", labels))(seconds)
 
 
-_metrics: FrontEndMetrics | None = None
-_metrics_lock = threading.Lock()
-
-
+@made_once
 def front_end_metrics() -> FrontEndMetrics:
     """The process's histograms in prometheus_client's default registry (vLLM's ``/metrics``), made once."""
-    global _metrics
-    if _metrics is None:
-        with _metrics_lock:
-            if _metrics is None:
-                _metrics = FrontEndMetrics()
-    return _metrics
+    return FrontEndMetrics()

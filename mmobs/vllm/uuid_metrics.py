@@ -9,12 +9,11 @@ live API servers under ``--api-server-count`` above 1 (each has its own index).
 
 from __future__ import annotations
 
-import threading
 from typing import Literal, get_args
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
-from mmobs.observability.metrics import MetricSpec
+from mmobs.observability.metrics import MetricSpec, made_once
 
 __all__ = [
     "CONFLICT_ACTIONS",
@@ -79,15 +78,7 @@ class UuidCheckMetrics:
         self.index_bytes.set(nbytes)
 
 
-_metrics: UuidCheckMetrics | None = None
-_metrics_lock = threading.Lock()
-
-
+@made_once
 def uuid_check_metrics() -> UuidCheckMetrics:
     """The process's series in prometheus_client's default registry (vLLM's ``/metrics``), made once."""
-    global _metrics
-    if _metrics is None:
-        with _metrics_lock:
-            if _metrics is None:
-                _metrics = UuidCheckMetrics()
-    return _metrics
+    return UuidCheckMetrics()
