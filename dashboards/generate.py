@@ -16,12 +16,13 @@ Render for another environment into a directory of your own::
     python dashboards/generate.py --out /tmp/mmobs-mixin \\
         --selector 'job="vllm"' --cluster-label cluster \\
         --runbook-url-pattern 'https://runbooks.example.com/mmobs/{alert}' --rate-window 2m \\
-        --datasource-uid my-prometheus
+        --datasource-uid my-prometheus --threshold exif_fallback_ratio=0.1
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -30,6 +31,7 @@ if __package__ in (None, ""):  # run as a script: make `dashboards.mixin` import
     sys.path.insert(0, str(HERE.parent))
 
 from dashboards.mixin import MixinConfig, render_all  # noqa: E402
+from dashboards.mixin.config import AlertThresholds  # noqa: E402
 
 DEFAULTS = MixinConfig()
 
@@ -53,14 +55,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULTS.datasource_uid,
         help=f"uid of the Prometheus data source the Grafana alert rules query ({DEFAULTS.datasource_uid})",
     )
+    bounds = ", ".join(
+        f"{f.name}={getattr(DEFAULTS.thresholds, f.name):g}" for f in dataclasses.fields(AlertThresholds)
+    )
+    parser.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="NAME=FRACTION",
+        help=f"an alert's bound, a fraction of 1; repeat for each ({bounds})",
+    )
     return parser.parse_args(argv)
+
+
+def thresholds(pairs: list[str]) -> AlertThresholds:
+    """``["exif_fallback_ratio=0.1", ...]`` as :class:`AlertThresholds`; ValueError says what is wrong."""
+    names = {f.name for f in dataclasses.fields(AlertThresholds)}
+    chosen: dict[str, float] = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        if name not in names:
+            raise ValueError(f"--threshold {pair!r}: the thresholds are {', '.join(sorted(names))}")
+        try:
+            chosen[name] = float(value)
+        except ValueError:
+            raise ValueError(f"--threshold {pair!r}: {value!r} is not a number (0.05 is 5%)") from None
+    return AlertThresholds(**chosen)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         config = MixinConfig(
-            args.selector, args.cluster_label, args.runbook_url_pattern, args.rate_window, args.datasource_uid
+            args.selector,
+            args.cluster_label,
+            args.runbook_url_pattern,
+            args.rate_window,
+            args.datasource_uid,
+            thresholds(args.threshold),
         )
     except ValueError as error:
         print(f"generate.py: {error}", file=sys.stderr)

@@ -200,6 +200,10 @@ def test_checked_in_files_are_the_mixin_output() -> None:
         "prometheus/alerts.yml",
         "provisioning/alerting/mmobs-alerts.yml",
         "alerting/grafana-alert-rules.json",
+        "kustomization.yaml",
+        "kubernetes/prometheus-rules.yaml",
+        "kubernetes/monitors.yaml",
+        "mixin.libsonnet",
     }
     for name, text in expected.items():
         assert (DASHBOARDS / name).read_text(encoding="utf-8") == text, (

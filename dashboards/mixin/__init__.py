@@ -8,7 +8,7 @@ nothing beyond Python.
 
 Modules, in the order the output is built:
 
-* :mod:`.config`     what an operator may change, with today's values as defaults;
+* :mod:`.config`     what an operator may change (the alerts' thresholds too), with today's values as defaults;
 * :mod:`.metrics`    the metric names every query reads (mmobs's and vLLM's);
 * :mod:`.promql`     selector/rate/ratio builders for dashboards and for rules;
 * :mod:`.panels`     Grafana panel JSON (targets, stat, timeseries, table, row, layout);
@@ -17,6 +17,8 @@ Modules, in the order the output is built:
 * :mod:`.rules`, :mod:`.alerts`  Prometheus recording rules and alerts;
 * :mod:`.grafana_alerts`  the same alerts as Grafana-managed rules (provisioning file, HTTP API bodies);
 * :mod:`.rule_yaml`  the small YAML writer for the rule and provisioning files;
+* :mod:`.kubernetes` the kustomize bundle (PrometheusRule, monitors, the ConfigMaps' kustomization);
+* :mod:`.jsonnet`   ``mixin.libsonnet`` over the rendered files, with ``_config``;
 * :mod:`.render`     file name -> text for everything above.
 """
 

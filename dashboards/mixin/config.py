@@ -8,12 +8,54 @@ rendered with; ``tests/test_dashboards.py`` fails when those files differ from
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 _LABEL = r"[A-Za-z_][A-Za-z0-9_]*"
 _MATCHER = re.compile(rf'\s*{_LABEL}\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
 _UID = re.compile(r"[A-Za-z0-9_-]{1,40}")
 _DURATION = re.compile(r"(?:\d+(?:ms|[smhdwy]))+")
+
+
+@dataclass(frozen=True)
+class AlertThresholds:
+    """The bounds of the alerts that compare a share, each a fraction of 1 (``0.05`` is 5%).
+
+    An alert fires above its bound; its summary, description and the "why" in
+    the rule file's header quote it. The dashboards' colour steps keep the
+    defaults. At most four significant digits, so that every form quotes the
+    bound exactly (the jsonnet mixin formats it as Python does).
+
+    ``exif_fallback_ratio``: MmobsExifFallbackRatioHigh, the share of image keys
+    that fell back from the EXIF ImageID. ``cache_key_drift_ratio``:
+    MmobsCacheKeyDrift, the share of sampled items whose key drifted.
+    ``vllm_poisoned_entry_share``: MmobsVllmMmCachePoisonedEntry, the share of
+    drifted items that drifted before. ``vllm_front_end_ttft_share``:
+    MmobsVllmMmFrontEndDominatesTtft, the front end's share of vLLM's time to
+    first token.
+    """
+
+    exif_fallback_ratio: float = 0.05
+    cache_key_drift_ratio: float = 0.01
+    vllm_poisoned_entry_share: float = 0.5
+    vllm_front_end_ttft_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        for bound in fields(self):
+            value = getattr(self, bound.name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+                raise ValueError(f"{bound.name} must be a fraction between 0 and 1 (0.05 is 5%), got {value!r}")
+            if float(f"{value:.4g}") != value:
+                raise ValueError(f"{bound.name} must have at most 4 significant digits, got {value!r}")
+
+    @staticmethod
+    def number(value: float) -> str:
+        """A bound as PromQL and the rule files quote it: ``0.05``."""
+        return f"{value:g}"
+
+    @staticmethod
+    def percent(value: float) -> str:
+        """A bound as the alerts' texts quote it: ``5%``."""
+        return f"{value * 100:g}%"
 
 
 @dataclass(frozen=True)
@@ -40,6 +82,8 @@ class MixinConfig:
     ``datasource_uid``: the Prometheus data source the Grafana-managed alert
     rules query (a rule cannot use the dashboards' ``datasource`` variable). The
     default is the uid of the data source in ``provisioning/datasources/``.
+
+    ``thresholds``: the alerts' bounds (:class:`AlertThresholds`).
     """
 
     selector: str = 'job=~"mmobs.*"'
@@ -47,6 +91,7 @@ class MixinConfig:
     runbook_url_pattern: str = "https://github.com/mmobs/mmobs/blob/main/docs/runbooks/{alert}.md"
     rate_window: str = "5m"
     datasource_uid: str = "prometheus"
+    thresholds: AlertThresholds = field(default_factory=AlertThresholds)
 
     def __post_init__(self) -> None:
         if self.selector and not all(_MATCHER.fullmatch(part) for part in split_matchers(self.selector)):

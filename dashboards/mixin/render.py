@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from . import alerts, cache_keys, exif_fallbacks, grafana_alerts, rules
+from . import alerts, cache_keys, exif_fallbacks, grafana_alerts, jsonnet, kubernetes, rules
 from .config import MixinConfig
 
 DASHBOARDS: dict[str, Callable[[MixinConfig], dict[str, Any]]] = {
@@ -32,4 +32,8 @@ def render_all(config: MixinConfig | None = None) -> dict[str, str]:
     files[ALERTS] = alerts.render(config)
     files[GRAFANA_ALERTS] = grafana_alerts.render(config, list(boards.values()))
     files[GRAFANA_ALERTS_API] = grafana_alerts.render_api(config, list(boards.values()))
+    files[kubernetes.PROMETHEUS_RULES] = kubernetes.prometheus_rule(config)
+    files[kubernetes.MONITORS] = kubernetes.monitors()
+    files[kubernetes.KUSTOMIZATION] = kubernetes.kustomization(list(DASHBOARDS), GRAFANA_ALERTS)
+    files[jsonnet.MIXIN] = jsonnet.libsonnet(config, list(DASHBOARDS), RECORDING_RULES, ALERTS)
     return files

@@ -13,13 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from . import metrics
+from .config import AlertThresholds
 from .panels import GridLine, row, target, thresholds, timeseries
 from .promql import QueryStyle
 from .vllm_cache import MODEL_NAME
 
 TITLE = "Multimodal front end"
-#: The alert's threshold: the front end is most of time to first token.
-SHARE_THRESHOLD = "0.5"
+#: The share panel's red step: the alert's default bound (the steps do not follow a config's thresholds).
+SHARE_STEP = AlertThresholds().vllm_front_end_ttft_share
 
 #: Each stage's histogram and its legend, in a request's order.
 STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -75,7 +76,7 @@ def panels(query: QueryStyle) -> list[dict[str, Any]]:
             "stage panels beside it (runbook MmobsVllmMmFrontEndDominatesTtft).",
             "percentunit",
             [target(front_end_share(query, MODEL_NAME), legend="{{model_name}}")],
-            steps=thresholds((None, "green"), (float(SHARE_THRESHOLD), "red")),
+            steps=thresholds((None, "green"), (SHARE_STEP, "red")),
         ),
         timeseries(
             "Media fetched per second",
