@@ -155,7 +155,7 @@ def _service_rounds(
 
 _CATEGORIES = (
     ("JSON (parse request, render response)", ("json/", "_json", "orjson", "(render")),
-    ("base64", ("base64", "a2b_base64", "binascii", "(_decode_base64", "(parse_data_url")),
+    ("base64", ("base64", "a2b_base64", "binascii", "(decode_base64", "(parse_data_url")),
     (
         "JPEG decode (Image.open + load)",
         (
@@ -316,7 +316,7 @@ def _service_profile(cfg: Config, out: harness.Report, body: bytes, data: bytes)
 
 
 def _stage_timings(cfg: Config, out: harness.Report, body: bytes, data: bytes, request_time: float) -> None:
-    from mmobs.keys.loader import _decode_base64, b64decode
+    from mmobs.keys.data_url import b64decode, decode_base64
 
     payload = json.loads(body)["images"][0].split(",", 1)[1]
     loaded = Image.open(io.BytesIO(data))
@@ -324,7 +324,7 @@ def _stage_timings(cfg: Config, out: harness.Report, body: bytes, data: bytes, r
     media = ImageMediaIO().load_bytes(data)
     cases: dict[str, Callable[[], object]] = {
         "json.loads(body)": lambda: json.loads(body),
-        f"base64 (mmobs: {b64decode.__module__.split('.')[0]}, validate=True)": lambda: _decode_base64(
+        f"base64 (mmobs: {b64decode.__module__.split('.')[0]}, validate=True)": lambda: decode_base64(
             payload, 64 * MiB
         ),
         "JPEG decode (Image.open + load)": lambda: Image.open(io.BytesIO(data)).load(),

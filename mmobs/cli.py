@@ -26,7 +26,8 @@ from mmobs.errors import BadImageError
 from mmobs.events import RecordingObserver, get_observer, observing
 from mmobs.keys.from_bytes import key_image
 from mmobs.keys.hashing import ALGORITHMS, IMAGE_ID_TAG, MultiModalHasher
-from mmobs.keys.loader import ImageMediaIO, pillow_error_reason, report_bad_image
+from mmobs.keys.loader import ImageMediaIO
+from mmobs.keys.refusals import pillow_error_reason, report_bad_image
 from mmobs.observability.logs import configure_logging, safe_text
 from mmobs.service.config import CONFIG_ENV, ServiceConfig
 

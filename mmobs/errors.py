@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-__all__ = ["BAD_IMAGE_REASONS", "BadImageError", "BadImageReason", "InvalidOptionError"]
+__all__ = ["BAD_IMAGE_REASONS", "BadImageError", "BadImageReason", "InvalidOptionError", "is_reported", "mark_reported"]
 
 BadImageReason = Literal[
     "empty",
@@ -61,8 +61,8 @@ class BadImageError(ValueError):
 
     ``param`` optionally names the offending input in the request (for example
     ``images[2]``); the service fills it in, the loader leaves it ``None``.
-    ``reported`` is set once an observer has counted the refusal, so that the
-    layers it passes through (loader, service, middleware) count it once.
+    Once an observer has counted the refusal it is marked (:func:`mark_reported`),
+    so that the layers it passes through (loader, service, middleware) count it once.
     """
 
     def __init__(self, reason: BadImageReason, message: str, *, param: str | None = None) -> None:
@@ -72,7 +72,6 @@ class BadImageError(ValueError):
         self.reason: str = reason
         self.message = message
         self.param = param
-        self.reported = False
 
     def with_param(self, param: str) -> BadImageError:
         """Name the offending input; returns ``self`` for chaining in ``raise``."""
@@ -81,6 +80,20 @@ class BadImageError(ValueError):
 
     def __repr__(self) -> str:
         return f"BadImageError(reason={self.reason!r}, message={self.message!r}, param={self.param!r})"
+
+
+#: The one mark of a counted refusal, on mmobs's BadImageError and on a foreign exception (vLLM's) alike.
+_REPORTED = "__mmobs_reported__"
+
+
+def mark_reported(error: BaseException) -> None:
+    """Note that an observer has counted ``error``: whoever meets it on its way out does not count it again."""
+    setattr(error, _REPORTED, True)
+
+
+def is_reported(error: BaseException) -> bool:
+    """Whether an observer has counted ``error`` already (:func:`mark_reported`)."""
+    return getattr(error, _REPORTED, False) is True
 
 
 class InvalidOptionError(ValueError):

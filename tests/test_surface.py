@@ -24,7 +24,8 @@ from starlette.testclient import TestClient
 import mmobs
 from mmobs.asgi.middleware import MMObsMiddleware
 from mmobs.errors import BAD_IMAGE_REASONS, BadImageReason, InvalidOptionError
-from mmobs.keys.loader import ImageMediaIO, bad_image_from_pillow, pillow_error_reason
+from mmobs.keys.loader import ImageMediaIO
+from mmobs.keys.refusals import bad_image_from_pillow, pillow_error_reason
 from mmobs.observability.metrics import HASHER_METRICS, HTTP_METRICS, METRIC_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -54,7 +54,7 @@ from mmobs.asgi.request_metrics import RequestRecorder, RouteSeries
 from mmobs.asgi.routing import RouteResolver, endpoint_templates
 from mmobs.errors import BadImageError
 from mmobs.events import get_observer
-from mmobs.keys.loader import bad_image_from_pillow, pillow_error_reason, report_bad_image
+from mmobs.keys.refusals import bad_image_from_pillow, pillow_error_reason, report_bad_image
 from mmobs.observability.context import RequestStats, current_request
 from mmobs.observability.instrument import Instrumentation, install, metrics_for, set_hasher_info
 from mmobs.observability.logs import REQUEST_ATTRIBUTE, mmobs_logger, safe_text

@@ -125,26 +125,35 @@ class RouteSeries:
         return False
 
 
+# Where each count sits in a _DeferredSeries' cells. Status classes run 1..5, so a class's request
+# count is at ``_REQUESTS + status_class`` (cells 0..4) and its image-request count at
+# ``_IMAGES + status_class`` (cells 5..9). The histograms' buckets and sums follow the last count.
+_REQUESTS = -1
+_IMAGES = _REQUESTS + len(STATUS_CLASSES)
+_FALLBACKS = _IMAGES + len(STATUS_CLASSES) + 1  # the cell after the last image-request count
+_STARTED = _FALLBACKS + 1
+_FINISHED = _STARTED + 1
+_FIRST_HISTOGRAM = _FINISHED + 1
+
+
 class _DeferredSeries(RouteSeries):
     """Counts in one list under one lock; :meth:`flush` moves the new part into prometheus_client.
 
-    Layout of ``cells``: request counts by status class (1..5), image-request
-    counts by status class (6..10), fallback requests (11), requests started
-    (12, filled in by :meth:`flush`), requests finished (13), then for each
-    histogram its bucket counts and its sum.
+    ``cells`` holds the request counts by status class, the image-request counts
+    by status class, the requests with a fallback, the requests started (filled
+    in by :meth:`flush`) and finished, then for each histogram its bucket counts
+    and its sum (at its offset in ``_offsets``); the names above say where.
 
     A start takes no lock: it advances an ``itertools.count`` (one C call,
     atomic), which :meth:`flush` reads by advancing it once more itself.
     """
-
-    _REQUESTS, _IMAGES, _FALLBACKS, _STARTED, _FINISHED, _FIRST_HISTOGRAM = 0, 5, 11, 12, 13, 14
 
     def __init__(self, metrics: HttpMetrics, route: str, method: str, exemplars: bool) -> None:
         super().__init__(metrics, route, method, exemplars)
         self._histograms = [getattr(metrics, name).labels(route, method) for name in _HISTOGRAMS]
         self._in_progress = metrics.in_progress.labels(route, method)
         self._bounds = [tuple(h._upper_bounds) for h in self._histograms]
-        offsets, at = [], self._FIRST_HISTOGRAM
+        offsets, at = [], _FIRST_HISTOGRAM
         for bounds in self._bounds:
             offsets.append(at)
             at += len(bounds) + 1  # the buckets, then the sum
@@ -175,8 +184,8 @@ class _DeferredSeries(RouteSeries):
         now = time.monotonic() if self.exemplars else 0.0
         with self._lock:
             cells = self._cells
-            cells[status_class - 1] += 1
-            cells[13] += 1
+            cells[_REQUESTS + status_class] += 1
+            cells[_FINISHED] += 1
             cells[d + bisect_left(d_bounds, seconds)] += 1
             cells[d + len(d_bounds)] += seconds
             if first_byte is not None:
@@ -187,9 +196,9 @@ class _DeferredSeries(RouteSeries):
             cells[r + bisect_left(r_bounds, response_bytes)] += 1
             cells[r + len(r_bounds)] += response_bytes
             if images:
-                cells[4 + status_class] += 1
+                cells[_IMAGES + status_class] += 1
             if fallback:
-                cells[11] += 1
+                cells[_FALLBACKS] += 1
             if self._exemplar_due_now(status_class, now):
                 self._exemplars[status_class] = (request_id, time.time())
             if fallback and self.exemplars:
@@ -202,26 +211,26 @@ class _DeferredSeries(RouteSeries):
             exemplars, self._exemplars = self._exemplars, {}
         # Read after the finishes: every request counted finished has been counted started.
         self._flushes += 1
-        cells[12] = next(self._starts) - (self._flushes - 1)
+        cells[_STARTED] = next(self._starts) - (self._flushes - 1)
         flushed = self._flushed
-        for status_class in range(1, 6):
-            delta = cells[status_class - 1] - flushed[status_class - 1]
-            if delta:
+
+        def new(cell: int) -> float:
+            return cells[cell] - flushed[cell]
+
+        for status_class in range(1, len(STATUS_CLASSES) + 1):
+            if delta := new(_REQUESTS + status_class):
                 self._request_child(status_class).inc(delta)
-            delta = cells[4 + status_class] - flushed[4 + status_class]
-            if delta:
+            if delta := new(_IMAGES + status_class):
                 self._image_child(status_class).inc(delta)
-        if cells[11] != flushed[11]:
-            self._fallback_child().inc(cells[11] - flushed[11])
-        self._in_progress.set(cells[12] - cells[13])
+        if delta := new(_FALLBACKS):
+            self._fallback_child().inc(delta)
+        self._in_progress.set(cells[_STARTED] - cells[_FINISHED])
         for histogram, bounds, at in zip(self._histograms, self._bounds, self._offsets, strict=True):
             for index, bucket in enumerate(histogram._buckets):
-                delta = cells[at + index] - flushed[at + index]
-                if delta:
+                if delta := new(at + index):
                     bucket.inc(delta)
-            total = at + len(bounds)
-            if cells[total] != flushed[total]:
-                histogram._sum.inc(cells[total] - flushed[total])
+            if delta := new(at + len(bounds)):
+                histogram._sum.inc(delta)
         for status_class, (request_id, timestamp) in exemplars.items():
             child = self._fallback_child() if status_class == 0 else self._request_child(status_class)
             _set_exemplar(child, request_id, timestamp)

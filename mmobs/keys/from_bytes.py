@@ -77,11 +77,12 @@ from typing import Any, Literal, get_args
 
 from PIL import Image, ImageFile
 
-from mmobs.errors import BadImageError, InvalidOptionError
+from mmobs.errors import InvalidOptionError
 from mmobs.events import KeyPath, get_observer
 from mmobs.keys.guard.png import idat_run
 from mmobs.keys.hashing import ALGORITHMS, EncodedImage, MultiModalHasher, new_digest
-from mmobs.keys.loader import ImageMediaIO, has_transparency, report_bad_image
+from mmobs.keys.loader import ImageMediaIO, has_transparency
+from mmobs.keys.refusals import reporting_refusals
 
 __all__ = ["HEADER_FORMATS", "VERIFY_MODES", "ImageKey", "Verify", "key_for_bytes", "key_image"]
 
@@ -147,11 +148,8 @@ def key_image(
         raise InvalidOptionError("verify", f"verify must be one of {', '.join(VERIFY_MODES)}, not {verify!r}")
     if type(data) is not bytes:
         data = bytes(data)
-    try:
+    with reporting_refusals:
         opened = io.open_header(data)
-    except BadImageError as error:
-        report_bad_image(error)
-        raise
     header_mode, size, fmt = opened.mode, opened.size, opened.format
     doubt = None if io.image_mode is None else _header_doubt(opened, data, io.image_mode)
     path: KeyPath

@@ -12,7 +12,7 @@ whose ``io_config`` is set only when the conversion produced a new image
 object.
 
 Everything that cannot become an image raises :class:`BadImageError` with a
-reason from a closed set (:func:`bad_image_from_pillow` is the one place that
+reason from a closed set (:func:`~mmobs.keys.refusals.bad_image_from_pillow` is the one place that
 classifies Pillow's errors); no ``OSError``, ``SyntaxError``, ``struct.error``
 or ``DecompressionBombError`` escapes. Pixel bombs are refused from the header,
 before Pillow allocates the pixel buffer. A ``MemoryError`` is the server's
@@ -30,100 +30,47 @@ Pillow's own bomb check applies it instead of ``Image.MAX_IMAGE_PIXELS``
 
 from __future__ import annotations
 
-import binascii
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from io import BytesIO
 from typing import Any
 
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
-from mmobs.errors import BadImageError, BadImageReason, InvalidOptionError
+from mmobs.errors import BadImageError, InvalidOptionError
 from mmobs.events import TransposeFailure, get_observer
+from mmobs.keys.data_url import DEFAULT_MAX_BYTES, decode_base64, parse_data_url
 from mmobs.keys.formats import DEFAULT_FORMATS
 from mmobs.keys.guard import DEFAULT_DECODE_LIMITS, DecodeLimits, check_image_bytes
 from mmobs.keys.identify import identification_order
 from mmobs.keys.media import MediaWithBytes
 from mmobs.keys.pixel_limit import PixelLimitExceeded, pixel_limit
-
-b64decode: Callable[..., bytes]
-try:  # 3-4x faster on large payloads, same strict semantics (the "serve" extra)
-    from pybase64 import b64decode
-except ImportError:  # pragma: no cover - exercised where pybase64 is absent
-    from base64 import b64decode
+from mmobs.keys.refusals import (
+    bad_image_from_pillow,
+    empty_image_error,
+    report_bad_image,
+    reporting_refusals,
+    too_large_error,
+)
 
 __all__ = [
     "DEFAULT_FORMATS",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_PIXELS",
     "ImageMediaIO",
-    "bad_image_from_pillow",
-    "data_url_bytes",
-    "empty_image_error",
     "has_transparency",
     "load_data_url",
     "normalize_image",
-    "parse_data_url",
-    "pillow_error_reason",
-    "report_bad_image",
     "safe_exif_transpose",
 ]
 
 #: 50 megapixels: above any camera a client sends, far below a pixel bomb.
 DEFAULT_MAX_PIXELS = 50_000_000
-#: 32 MiB of encoded bytes per image.
-DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 
 _ALL_MODES: frozenset[str] = frozenset(getattr(Image, "MODES", ())) or frozenset(
     ("1", "CMYK", "F", "HSV", "I", "I;16", "I;16B", "I;16L", "I;16N", "L", "LA", "La",
      "LAB", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "YCbCr")
 )  # fmt: skip
-_DATA_URL_MEDIA_TYPES = ("", "application/octet-stream")
-
-
-def empty_image_error() -> BadImageError:
-    """The refusal of zero bytes, worded once for every loader that meets them (vLLM's, through the plugin)."""
-    return BadImageError("empty", "the image is empty (0 bytes); send the encoded file")
-
-
-def report_bad_image(error: BadImageError) -> BadImageError:
-    """Tell the observer about a refusal once; marked, so nobody counts it twice."""
-    if not error.reported:
-        error.reported = True
-        get_observer().bad_image(error)
-    return error
-
-
-def pillow_error_reason(error: BaseException) -> BadImageReason | None:
-    """The reason a Pillow error means the image is bad, or None if it does not say so.
-
-    ``None`` leaves the decision to the caller: the loader, which knows the
-    error came from decoding client bytes, calls it ``corrupt``; a middleware
-    that catches whatever an application raised lets it through as a 500.
-    """
-    if isinstance(error, UnidentifiedImageError):
-        return "unidentified"
-    if isinstance(error, (Image.DecompressionBombError, Image.DecompressionBombWarning)):
-        return "too_many_pixels"
-    if isinstance(error, EOFError) or "truncated" in str(error).lower():
-        return "truncated"
-    return None
-
-
-def bad_image_from_pillow(error: BaseException, where: str) -> BadImageError:
-    """The :class:`BadImageError` for an exception Pillow raised while reading client bytes.
-
-    ``where`` says what was being read, for the message ("header", "JPEG data").
-    """
-    reason = pillow_error_reason(error) or "corrupt"
-    text = f"{type(error).__name__}: {str(error)[:200] or 'no details'}"
-    messages: dict[str, str] = {
-        "unidentified": f"the bytes are not a recognised image format ({text})",
-        "too_many_pixels": f"the image declares too many pixels ({text})",
-        "truncated": f"the {where} ends early: {text}",
-        "corrupt": f"the {where} is damaged and cannot be decoded: {text}",
-    }
-    return BadImageError(reason, messages[reason])
 
 
 def has_transparency(image: Image.Image) -> bool:
@@ -217,27 +164,21 @@ class ImageMediaIO:
     def load_bytes(self, data: bytes | bytearray | memoryview) -> MediaWithBytes[Image.Image]:
         """Decode encoded image bytes; ``BadImageError`` if they are not an image."""
         data = bytes(data)
-        try:
+        with reporting_refusals:
             opened = self.open_header(data)
-        except BadImageError as error:
-            report_bad_image(error)
-            raise
         return self.decode(opened, data)
 
     def load_base64(self, media_type: str, data: str | bytes) -> MediaWithBytes[Image.Image]:
         """Decode a base64 payload (``media_type`` is informational, as in vLLM)."""
-        try:
-            raw = _decode_base64(data, self.max_bytes)
-        except BadImageError as error:
-            report_bad_image(error)
-            raise
+        with reporting_refusals:
+            raw = decode_base64(data, self.max_bytes)
         return self.load_bytes(raw)
 
     def load_file(self, path: str | os.PathLike[str]) -> MediaWithBytes[Image.Image]:
         """Decode an image file. A missing or unreadable file raises ``OSError``."""
         size = os.stat(path).st_size
         if size > self.max_bytes:
-            raise report_bad_image(_too_large(size, self.max_bytes))
+            raise report_bad_image(too_large_error(size, self.max_bytes))
         with open(path, "rb") as handle:
             return self.load_bytes(handle.read(self.max_bytes + 1))
 
@@ -249,13 +190,13 @@ class ImageMediaIO:
         The checks of :meth:`load_bytes` that need no pixels: not empty, at
         most ``max_bytes``, a structure within ``decode_limits``, a format in
         ``formats``, a parsable header, at most ``max_pixels``. Raises :class:`BadImageError` without reporting it
-        (the caller reports it once: :func:`report_bad_image`). The no-decode
+        (the caller reports it once: :mod:`mmobs.keys.refusals`). The no-decode
         key path (:mod:`mmobs.keys.from_bytes`) shares it, so both paths refuse alike.
         """
         if not data:
             raise empty_image_error()
         if len(data) > self.max_bytes:
-            raise _too_large(len(data), self.max_bytes)
+            raise too_large_error(len(data), self.max_bytes)
         if self.decode_limits is not None:
             check_image_bytes(data, self.decode_limits, max_pixels=self.max_pixels, formats=self.formats)
         with pixel_limit(self.max_pixels):
@@ -293,14 +234,10 @@ class ImageMediaIO:
         The second half of :meth:`load_bytes`, for a caller that read the
         header first (the no-decode keys, when the header cannot decide): the
         bytes are neither checked nor opened again. Refusals are reported
-        (:func:`report_bad_image`) and raised as ``BadImageError``.
+        (:mod:`mmobs.keys.refusals`) and raised as ``BadImageError``.
         """
-        try:
-            with pixel_limit(self.max_pixels):
-                return self._decode_opened(opened, data)
-        except BadImageError as error:
-            report_bad_image(error)
-            raise
+        with reporting_refusals, pixel_limit(self.max_pixels):
+            return self._decode_opened(opened, data)
 
     def _decode_opened(self, opened: ImageFile.ImageFile, data: bytes) -> MediaWithBytes[Image.Image]:
         metadata_error = _decode(opened)
@@ -346,50 +283,9 @@ def load_data_url(url: str, io: ImageMediaIO | None = None) -> MediaWithBytes[Im
     is the service's decision, see :mod:`mmobs.service.app`).
     """
     io = io or ImageMediaIO()
-    try:
+    with reporting_refusals:
         media_type, payload = parse_data_url(url)
-    except BadImageError as error:
-        report_bad_image(error)
-        raise
     return io.load_base64(media_type, payload)
-
-
-def data_url_bytes(url: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
-    """The encoded image in a base64 ``data:`` URL, not decoded as an image.
-
-    For callers that key or route by the bytes (:mod:`mmobs.keys.from_bytes`); refusals
-    are :class:`BadImageError` as in :func:`load_data_url`, reported once.
-    """
-    try:
-        return _decode_base64(parse_data_url(url)[1], max_bytes)
-    except BadImageError as error:
-        report_bad_image(error)
-        raise
-
-
-def parse_data_url(url: str) -> tuple[str, str]:
-    """Split a base64 ``data:`` URL into (media type, payload)."""
-    if not isinstance(url, str):
-        raise BadImageError("bad_data_url", f"an image URL must be a string, not {type(url).__name__}")
-    scheme, colon, _ = url[:16].partition(":")
-    if not colon or scheme.lower() != "data":
-        shown = scheme[:10] + ":" if colon else "no scheme"
-        raise BadImageError(
-            "unsupported_url",
-            f"only data: URLs with base64 image payloads are accepted here ({shown} given)",
-        )
-    header, comma, payload = url[5:].partition(",")
-    if not comma:
-        raise BadImageError("bad_data_url", "the data: URL has no ',' before its payload")
-    if len(header) > 256:
-        raise BadImageError("bad_data_url", "the data: URL header is longer than 256 characters")
-    media_type, *params = header.split(";")
-    media_type = media_type.strip().lower()
-    if "base64" not in (p.strip().lower() for p in params):
-        raise BadImageError("bad_data_url", "the data: URL is not base64-encoded; use data:image/<type>;base64,...")
-    if not (media_type.startswith("image/") or media_type in _DATA_URL_MEDIA_TYPES):
-        raise BadImageError("bad_data_url", f"the data: URL media type must be image/*, not {media_type[:40]!r}")
-    return media_type, payload
 
 
 # -- helpers ------------------------------------------------------------------
@@ -422,30 +318,6 @@ def _validate_formats(formats: Sequence[str] | None) -> tuple[str, ...] | None:
             "formats", f"unknown image formats {unknown!r}; this Pillow opens {', '.join(sorted(Image.OPEN))}"
         )
     return tuple(f.upper() for f in formats)
-
-
-def _too_large(size: int, limit: int) -> BadImageError:
-    return BadImageError("too_large", f"the image is {size} bytes, above the limit of {limit} bytes")
-
-
-def _decode_base64(data: str | bytes, max_bytes: int) -> bytes:
-    if isinstance(data, str):
-        try:
-            data = data.encode("ascii")
-        except UnicodeEncodeError:
-            raise BadImageError("bad_base64", "the base64 payload has non-ASCII characters") from None
-    if len(data) // 4 * 3 > max_bytes + 3:
-        raise _too_large(len(data) // 4 * 3, max_bytes)
-    try:
-        return b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        pass
-    # MIME-style payloads wrap lines; accept them, but nothing else off-alphabet.
-    stripped = data.translate(None, b" \t\r\n")
-    try:
-        return b64decode(stripped, validate=True)
-    except (binascii.Error, ValueError) as error:
-        raise BadImageError("bad_base64", f"the payload is not valid base64: {error}") from None
 
 
 def _open(data: bytes, formats: tuple[str, ...] | None) -> ImageFile.ImageFile:

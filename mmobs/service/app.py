@@ -51,9 +51,10 @@ from starlette.types import Message, Receive
 from mmobs._version import __version__
 from mmobs.asgi.http_errors import bad_image_body, error_body
 from mmobs.asgi.middleware import MMObsMiddleware
-from mmobs.errors import BadImageError
+from mmobs.errors import BadImageError, mark_reported
 from mmobs.events import get_observer
-from mmobs.keys.loader import _decode_base64, parse_data_url, report_bad_image
+from mmobs.keys.data_url import decode_base64, parse_data_url
+from mmobs.keys.refusals import report_bad_image
 from mmobs.observability.fingerprint import process_fingerprint
 from mmobs.observability.logs import configure_logging, safe_text
 from mmobs.service.config import ServiceConfig
@@ -413,7 +414,7 @@ def _malformed_multipart(detail: str) -> RequestError:
 
 
 def _reported(error: BadImageError) -> BadImageError:
-    error.reported = True
+    mark_reported(error)
     return error
 
 
@@ -431,7 +432,7 @@ def _data_url_bytes(url: str | bytes, max_bytes: int) -> bytes:
     """
     if isinstance(url, str):
         _, payload = parse_data_url(url)
-        return _decode_base64(payload, max_bytes)
+        return decode_base64(payload, max_bytes)
     comma = url.find(b",", 0, 512)
     if comma < 0:  # no comma, or one past any header the parser accepts: let it say which
         tail = "," if b"," in url else ""
@@ -441,7 +442,7 @@ def _data_url_bytes(url: str | bytes, max_bytes: int) -> bytes:
     encoded = url[comma + 1 :]
     if not encoded.isascii():  # what the text path says when it cannot encode the payload as ASCII
         raise BadImageError("bad_base64", "the base64 payload has non-ASCII characters")
-    return _decode_base64(encoded, max_bytes)
+    return decode_base64(encoded, max_bytes)
 
 
 def _multipart_missing() -> bool:

@@ -38,7 +38,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from mmobs.errors import BadImageError
+from mmobs.errors import BadImageError, mark_reported
 from mmobs.events import ExifFallback, HashObserver, KeyPath, MediaKeyed, MediaKind, TransposeFailure
 from mmobs.keys.media import MediaWithBytes, is_media_with_bytes
 from mmobs.service.wire import recv_message, send_message
@@ -261,7 +261,7 @@ class Replayer:
         elif name == "bad_image":
             reason, message = payload
             error = BadImageError(reason, message)
-            error.reported = True
+            mark_reported(error)
             self.bad_images += 1
             observer.bad_image(error)
         elif name == "warning":

@@ -29,10 +29,10 @@ from typing import Any
 
 from PIL import Image, ImageOps
 
-from mmobs.errors import BadImageError, BadImageReason
+from mmobs.errors import BadImageError, BadImageReason, is_reported, mark_reported
 from mmobs.events import TransposeFailure, get_observer
 from mmobs.keys.guard import check_image_bytes
-from mmobs.keys.loader import bad_image_from_pillow, empty_image_error, report_bad_image
+from mmobs.keys.refusals import bad_image_from_pillow, empty_image_error, report_bad_image
 from mmobs.vllm import decode_skip, front_end
 from mmobs.vllm.shape import vllm_max_pixels
 
@@ -93,14 +93,10 @@ def load_bytes(
             refusal = report_bad_image(_refusal(error) if data else empty_image_error())
             if guard and not isinstance(error, ValueError):
                 raise _named(refusal) from error
-            setattr(error, _REPORTED, True)  # for _load_data_url, which this call is inside of
+            mark_reported(error)  # for _load_data_url, which this call is inside of
             raise
 
     return load_bytes
-
-
-#: Set on an exception whose refusal was already counted on its way out of the loader.
-_REPORTED = "__mmobs_reported__"
 
 
 def load_data_url(original: Callable[..., Any], loader_class: type, *, guard: bool) -> Callable[..., Any]:
@@ -122,7 +118,7 @@ def load_data_url(original: Callable[..., Any], loader_class: type, *, guard: bo
         try:
             return original(self, url, media_io)
         except Exception as error:
-            if getattr(error, _REPORTED, False):
+            if is_reported(error):
                 raise
             reason: BadImageReason = "bad_base64" if isinstance(error, binascii.Error) else "bad_data_url"
             refusal = report_bad_image(BadImageError(reason, f"{type(error).__name__}: {error}"[:300]))
@@ -145,8 +141,7 @@ def _named(refusal: BadImageError, vllm_text: str | None = None) -> BadImageErro
     if vllm_text is not None:
         message = f"{message} ({vllm_text})"
     named = BadImageError(refusal.reason, message)  # type: ignore[arg-type]
-    named.reported = True
-    setattr(named, _REPORTED, True)
+    mark_reported(named)
     return named
 
 
