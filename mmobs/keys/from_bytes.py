@@ -69,7 +69,6 @@ digest for the drift tracker), and ``key_path`` for the
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -79,7 +78,7 @@ from PIL import Image, ImageFile
 
 from mmobs.errors import InvalidOptionError
 from mmobs.events import KeyPath, get_observer
-from mmobs.keys.guard.png import idat_run
+from mmobs.keys.guard.png import png_chunks
 from mmobs.keys.hashing import ALGORITHMS, EncodedImage, MultiModalHasher, new_digest
 from mmobs.keys.loader import ImageMediaIO, has_transparency
 from mmobs.keys.refusals import reporting_refusals
@@ -198,31 +197,25 @@ def _png(image: ImageFile.ImageFile, data: bytes, image_mode: str) -> str | None
     return doubt
 
 
-_CHUNK_HEADER = struct.Struct(">I4s")
 _IMAGE_DATA_CHUNKS = (b"IDAT", b"fdAT")
 
 
 def _png_late_transparency(data: bytes) -> str | None:
     """A tRNS chunk after the first image-data chunk, which Pillow applies while decoding.
 
-    Walks the chunk headers by their lengths (the pixel data is skipped, not
-    read; a run of IDAT chunks of one size at once, :func:`~mmobs.keys.guard.png.idat_run`),
-    as Pillow's reader does after IDAT; it stops where Pillow stops
-    (IEND, or the end of the bytes). Any tRNS seen past the image data is a
-    doubt, whether or not Pillow would accept that chunk.
+    Walks the chunk headers (:func:`~mmobs.keys.guard.png.png_chunks`: the pixel
+    data is skipped, not read) as Pillow's reader does after IDAT, and stops where
+    Pillow stops (IEND, or the end of the bytes). Any tRNS seen past the image
+    data is a doubt, whether or not Pillow would accept that chunk.
     """
-    position, end, in_data = 8, len(data), False
-    while position + 8 <= end:
-        length, kind = _CHUNK_HEADER.unpack_from(data, position)
+    in_data = False
+    for _, kind, _, _ in png_chunks(data):
         if kind == b"IEND":
             break
         if kind in _IMAGE_DATA_CHUNKS:
             in_data = True
-            run = idat_run(data, position) if kind == b"IDAT" else 0
-            position += max(run - 1, 0) * (12 + length)  # a run of image data chunks of one size, at once
         elif in_data and kind == b"tRNS":
             return "a PNG tRNS chunk after the image data: Pillow adds the transparency while decoding"
-        position += 12 + length
     return None
 
 

@@ -17,14 +17,16 @@ instead, so the walk's loop runs once per run, not once per chunk.
 
 from __future__ import annotations
 
+import struct
 import zlib
+from collections.abc import Iterator
 
 import numpy as np
 
 from mmobs.keys.guard._common import check_pixels, too_costly
 from mmobs.keys.guard.limits import DecodeLimits
 
-__all__ = ["check_png", "idat_run"]
+__all__ = ["check_png", "idat_run", "png_chunks"]
 
 #: Chunks that carry the image or the animation, not metadata.
 _IMAGE_CHUNKS = frozenset((b"IHDR", b"PLTE", b"IDAT", b"IEND", b"tRNS", b"acTL", b"fcTL", b"fdAT"))
@@ -41,6 +43,7 @@ def _row_bits(bit_depth: int, color_type: int) -> int:
 
 _COMPRESSED = frozenset((b"iCCP", b"zTXt", b"iTXt"))
 _IDAT = b"IDAT"
+_CHUNK_HEADER = struct.Struct(">I4s")
 #: Below this many chunks ahead, the walk's own loop is cheaper than setting up the comparison.
 _RUN_MIN = 8
 _RAW_PROFILE_EXIF = b"Raw profile type exif"
@@ -50,22 +53,12 @@ _OUTPUT_PIECE = 64 * 1024
 
 def check_png(data: bytes, limits: DecodeLimits, max_pixels: int | None) -> None:
     """Refuse a PNG whose chunks cost more than its pixels (``too_costly``) or that is too large."""
-    end = len(data)
-    pos = 8
     chunks = metadata = metadata_bytes = inflated = frames = 0
-    while pos + 8 <= end:
-        length = int.from_bytes(data[pos : pos + 4], "big")
-        kind = data[pos + 4 : pos + 8]
+    for pos, kind, length, count in png_chunks(data):
         body, after = pos + 8, pos + 8 + length
-        if after > end:
+        if after > len(data):
             return  # cut short: Pillow calls it truncated
-        run = idat_run(data, pos) if kind == _IDAT else 0
-        if run:  # image data chunks (nothing to check but their number), a run of one size at a time
-            chunks += run
-            pos += run * (length + 12)
-        else:
-            chunks += 1
-            pos = after + 4  # the CRC
+        chunks += count
         if chunks > limits.max_chunks:
             raise too_costly(
                 f"the PNG has more than {limits.max_chunks} chunks (an encoder writes one per 8-64 KiB of data)",
@@ -106,6 +99,21 @@ def check_png(data: bytes, limits: DecodeLimits, max_pixels: int | None) -> None
                         f"{limits.max_inflated_metadata_bytes} bytes",
                         "re-save it without the embedded profiles and text",
                     )
+
+
+def png_chunks(data: bytes) -> Iterator[tuple[int, bytes, int, int]]:
+    """Each chunk header of a PNG, as (position, type, data length, count), until the bytes end.
+
+    ``count`` is 1, or for a run of image-data chunks with the very same header
+    (:func:`idat_run`) the run's length: the run is visited once, at its first
+    chunk. A last chunk cut short is still visited (its data runs past the end).
+    """
+    pos, end = 8, len(data)
+    while pos + 8 <= end:
+        length, kind = _CHUNK_HEADER.unpack_from(data, pos)
+        count = (idat_run(data, pos) if kind == _IDAT else 0) or 1
+        yield pos, kind, length, count
+        pos += count * (length + 12)  # the header, the data, the CRC
 
 
 def idat_run(data: bytes, pos: int) -> int:
