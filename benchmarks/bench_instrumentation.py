@@ -23,7 +23,7 @@ from _common import (
 
 import mmobs
 from mmobs import DriftTracker, ImageMediaIO, MediaWithBytes, MultiModalHasher, observing
-from mmobs.events import RecordingObserver
+from mmobs.events import Hashed, RecordingObserver
 
 
 def _content_variant(data: bytes, tracker: DriftTracker, sampled: bool) -> bytes:
@@ -53,7 +53,7 @@ def run(cfg: Config, out: harness.Report) -> None:
             # What the hasher calls on the observer for one plain-image key.
             instr.wants_item_digest("image", obj)
             instr.media_keyed(event)
-            instr.hashed("blake3", 0.001, 3_000_000)
+            instr.hashed(Hashed("blake3", 0.001, 3_000_000))
 
         stats = harness.compare(
             {"off": keyer(obj, None), "on": keyer(obj, instr), "hooks alone": hooks},

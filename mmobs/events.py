@@ -41,9 +41,12 @@ __all__ = [
     "KEY_SOURCES",
     "MEDIA_KINDS",
     "NULL_OBSERVER",
+    "ExifCorruptWarning",
     "ExifFallback",
     "HashObserver",
+    "Hashed",
     "KeyPath",
+    "KeyPathChosen",
     "KeySource",
     "MediaKeyed",
     "MediaKind",
@@ -102,12 +105,37 @@ class MediaKeyed:
     item_digest: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Hashed:
+    """One ``hash_kwargs`` call finished: ``nbytes`` serialized in ``seconds``."""
+
+    algorithm: str
+    seconds: float
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExifCorruptWarning:
+    """Pillow warned ``Corrupt EXIF data`` while reading an image; ``message`` is its text."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPathChosen:
+    """The no-decode key path (:func:`mmobs.keys.from_bytes.key_image`) keyed an image by ``key_path``."""
+
+    key_path: KeyPath
+
+
 class HashObserver:
     """Receives what the hashing core reports. Every hook is a no-op here.
 
-    Subclass and override the hooks you need. Hooks run on the hashing hot
-    path, inside whatever thread hashes, so they must be cheap and must not
-    raise.
+    Subclass and override the hooks you need. Each event hook takes one frozen
+    record (a refusal's record is its :class:`~mmobs.errors.BadImageError`);
+    :meth:`wants_item_digest` is a question asked per item before keying it, so
+    it takes the item itself. Hooks run on the hashing hot path, inside
+    whatever thread hashes, so they must be cheap and must not raise.
     """
 
     def exif_fallback(self, event: ExifFallback) -> None:
@@ -123,17 +151,17 @@ class HashObserver:
         """Return True to have the item's own digest computed for ``media_keyed``."""
         return False
 
-    def hashed(self, algorithm: str, seconds: float, nbytes: int) -> None:
+    def hashed(self, event: Hashed) -> None:
         """One ``hash_kwargs`` call finished."""
 
     def bad_image(self, error: BadImageError) -> None:
         """The loader refused an input."""
 
-    def exif_corrupt_warning(self, message: str) -> None:
+    def exif_corrupt_warning(self, event: ExifCorruptWarning) -> None:
         """Pillow warned ``Corrupt EXIF data`` (seen where warnings are captured: :mod:`mmobs.observability.logs`)."""
 
-    def key_path(self, key_path: KeyPath) -> None:
-        """The no-decode key path keyed an image by ``key_path``."""
+    def key_path(self, event: KeyPathChosen) -> None:
+        """The no-decode key path keyed an image by ``event.key_path``."""
 
 
 class RecordingObserver(HashObserver):
@@ -149,10 +177,10 @@ class RecordingObserver(HashObserver):
         self.fallbacks: list[ExifFallback] = []
         self.transpose_failures: list[TransposeFailure] = []
         self.keyed: list[MediaKeyed] = []
-        self.hashed_calls: list[tuple[str, float, int]] = []
+        self.hashed_calls: list[Hashed] = []
         self.bad_images: list[BadImageError] = []
-        self.exif_corrupt_warnings: list[str] = []
-        self.key_paths: list[KeyPath] = []
+        self.exif_corrupt_warnings: list[ExifCorruptWarning] = []
+        self.key_paths: list[KeyPathChosen] = []
 
     def exif_fallback(self, event: ExifFallback) -> None:
         self.fallbacks.append(event)
@@ -169,21 +197,21 @@ class RecordingObserver(HashObserver):
         self.keyed.append(event)
         self.inner.media_keyed(event)
 
-    def hashed(self, algorithm: str, seconds: float, nbytes: int) -> None:
-        self.hashed_calls.append((algorithm, seconds, nbytes))
-        self.inner.hashed(algorithm, seconds, nbytes)
+    def hashed(self, event: Hashed) -> None:
+        self.hashed_calls.append(event)
+        self.inner.hashed(event)
 
     def bad_image(self, error: BadImageError) -> None:
         self.bad_images.append(error)
         self.inner.bad_image(error)
 
-    def exif_corrupt_warning(self, message: str) -> None:
-        self.exif_corrupt_warnings.append(message)
-        self.inner.exif_corrupt_warning(message)
+    def exif_corrupt_warning(self, event: ExifCorruptWarning) -> None:
+        self.exif_corrupt_warnings.append(event)
+        self.inner.exif_corrupt_warning(event)
 
-    def key_path(self, key_path: KeyPath) -> None:
-        self.key_paths.append(key_path)
-        self.inner.key_path(key_path)
+    def key_path(self, event: KeyPathChosen) -> None:
+        self.key_paths.append(event)
+        self.inner.key_path(event)
 
 
 NULL_OBSERVER = HashObserver()

@@ -70,7 +70,7 @@ def facts(recorder: RecordingObserver) -> dict[str, Any]:
                       for e in recorder.fallbacks],
         "transposes": [(exception_label(type(e.error)), str(e.error)) for e in recorder.transpose_failures],
         "keyed": [(e.kind, e.key_source, getattr(e.media, "io_config", None)) for e in recorder.keyed],
-        "hashed": [(algorithm, nbytes) for algorithm, _, nbytes in recorder.hashed_calls],
+        "hashed": [(call.algorithm, call.nbytes) for call in recorder.hashed_calls],
         "bad": [(e.reason, e.message) for e in recorder.bad_images],
     }  # fmt: skip
 

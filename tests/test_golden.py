@@ -44,7 +44,7 @@ def test_golden_key(case_id: str, record: Any) -> None:
     assert key == case["expected"]
     assert len(rec.fallbacks) == case["exif_fallbacks"], [(type(e.error).__name__, str(e.error)) for e in rec.fallbacks]
     assert len(rec.hashed_calls) == 1
-    assert rec.hashed_calls[0][0] == case["algorithm"]
+    assert rec.hashed_calls[0].algorithm == case["algorithm"]
 
 
 @pytest.mark.parametrize("algorithm", ["sha256", "blake3"])

@@ -116,7 +116,8 @@ def test_hashed_hook_reports_algorithm_and_exact_byte_count(record: Any) -> None
     with record() as rec:
         hash_kwargs("sha256", **kwargs)
     assert len(rec.hashed_calls) == 1
-    algorithm, seconds, nbytes = rec.hashed_calls[0]
+    (call,) = rec.hashed_calls
+    algorithm, seconds, nbytes = call.algorithm, call.seconds, call.nbytes
     assert algorithm == "sha256"
     assert seconds >= 0
     assert nbytes == len(ref_stream(**kwargs))

@@ -43,7 +43,7 @@ def direct_key(algorithm: str, media: MediaWithBytes) -> tuple[str, int, WantsDi
     recorder = WantsDigests()
     with observing(recorder):
         key = MultiModalHasher.hash_kwargs(algorithm, image=media)
-    return key, recorder.hashed_calls[0][2], recorder
+    return key, recorder.hashed_calls[0].nbytes, recorder
 
 
 def _jpeg(size: int) -> bytes:

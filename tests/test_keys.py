@@ -254,7 +254,7 @@ def test_events_key_source_and_path_but_no_exif_fallback(record: Any) -> None:
     assert key == loader_key(data)  # ...and lands on the very key the header path gives
     assert events.fallbacks == [] and events.transpose_failures == []
     assert [(e.kind, e.key_source) for e in events.keyed] == [("media_with_bytes", "original_bytes")]
-    assert events.key_paths == ["header"] and len(events.hashed_calls) == 1
+    assert [event.key_path for event in events.key_paths] == ["header"] and len(events.hashed_calls) == 1
 
 
 def test_the_counter_has_a_series_per_path_from_the_first_scrape() -> None:

@@ -119,9 +119,9 @@ def expected_for(data: bytes, model: str, *, sampled: bool) -> Expected:
         counts[series("mmobs_media_keys_total", kind=keyed.kind, key_source=keyed.key_source)] += 1
         if sampled:
             counts[series("mmobs_cache_key_drift_samples_total", kind=keyed.kind)] += 1
-    for algorithm, _, nbytes in recorder.hashed_calls:
-        counts[series("mmobs_hash_duration_seconds_count", algorithm=algorithm)] += 1
-        counts[series("mmobs_hashed_bytes_total", algorithm=algorithm)] += nbytes
+    for call in recorder.hashed_calls:
+        counts[series("mmobs_hash_duration_seconds_count", algorithm=call.algorithm)] += 1
+        counts[series("mmobs_hashed_bytes_total", algorithm=call.algorithm)] += call.nbytes
     status_class = f"{status // 100}xx"
     counts[series("mmobs_http_requests_total", route=ROUTE, method="POST", status_class=status_class)] += 1
     counts[series("mmobs_http_image_requests_total", route=ROUTE, status_class=status_class)] += 1

@@ -77,7 +77,7 @@ from typing import Any, Literal, get_args
 from PIL import Image, ImageFile
 
 from mmobs.errors import InvalidOptionError
-from mmobs.events import KeyPath, get_observer
+from mmobs.events import KeyPath, KeyPathChosen, get_observer
 from mmobs.keys.guard.png import png_chunks
 from mmobs.keys.hashing import ALGORITHMS, EncodedImage, MultiModalHasher, new_digest
 from mmobs.keys.loader import ImageMediaIO, has_transparency
@@ -160,7 +160,7 @@ def key_image(
         path = "header"
     del opened  # WebP and AVIF headers hold a decoder and its canvas: free them before hashing
     key = MultiModalHasher.hash_kwargs(algorithm, image=EncodedImage(data, io_config), **other_kwargs)
-    get_observer().key_path(path)
+    get_observer().key_path(KeyPathChosen(path))
     return ImageKey(key, path, fmt, header_mode, size, io_config, doubt)
 
 

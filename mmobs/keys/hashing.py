@@ -39,7 +39,16 @@ import numpy as np
 from blake3 import blake3
 from PIL import Image, ImageMode
 
-from mmobs.events import NULL_OBSERVER, ExifFallback, HashObserver, KeySource, MediaKeyed, MediaKind, get_observer
+from mmobs.events import (
+    NULL_OBSERVER,
+    ExifFallback,
+    Hashed,
+    HashObserver,
+    KeySource,
+    MediaKeyed,
+    MediaKind,
+    get_observer,
+)
 from mmobs.keys.framing import (
     TAG_LEAF,
     TAG_MAPPING,
@@ -118,7 +127,7 @@ class MultiModalHasher:
             sink.flush()
             nbytes = sink.nbytes
         key = digest.hexdigest()
-        observer.hashed(algorithm, perf_counter() - started, nbytes)
+        observer.hashed(Hashed(algorithm, perf_counter() - started, nbytes))
         return key
 
     @staticmethod

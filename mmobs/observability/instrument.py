@@ -27,9 +27,11 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from mmobs._version import __version__
 from mmobs.errors import BadImageError
 from mmobs.events import (
+    ExifCorruptWarning,
     ExifFallback,
+    Hashed,
     HashObserver,
-    KeyPath,
+    KeyPathChosen,
     MediaKeyed,
     MediaKind,
     TransposeFailure,
@@ -207,9 +209,9 @@ class Instrumentation(HashObserver):
             pillow=self._pillow,
         )
 
-    def hashed(self, algorithm: str, seconds: float, nbytes: int) -> None:
-        self.metrics.observe_duration[algorithm](seconds)
-        self.metrics.count_bytes[algorithm](nbytes)
+    def hashed(self, event: Hashed) -> None:
+        self.metrics.observe_duration[event.algorithm](event.seconds)
+        self.metrics.count_bytes[event.algorithm](event.nbytes)
         if self._hasher_info_pending:
             self._hasher_info_pending = False
             set_hasher_info(self.metrics)
@@ -222,12 +224,12 @@ class Instrumentation(HashObserver):
             stats.bad_image_reason = error.reason
         self.log.info("bad_image", reason=error.reason, error=safe_text(error.message))
 
-    def exif_corrupt_warning(self, message: str) -> None:
+    def exif_corrupt_warning(self, event: ExifCorruptWarning) -> None:
         # The warning itself is logged where it was captured; this only counts it.
         self.metrics.exif_corrupt_warnings.inc()
 
-    def key_path(self, key_path: KeyPath) -> None:
-        self.metrics.key_path_child[key_path].inc()
+    def key_path(self, event: KeyPathChosen) -> None:
+        self.metrics.key_path_child[event.key_path].inc()
 
 
 _default: Instrumentation | None = None

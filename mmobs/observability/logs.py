@@ -34,7 +34,7 @@ from typing import Any, Literal, TextIO
 
 import structlog
 
-from mmobs.events import get_observer
+from mmobs.events import ExifCorruptWarning, get_observer
 from mmobs.observability.context import current_request
 from mmobs.observability.log_fields import MAX_FIELD_CHARS, safe_text
 from mmobs.observability.stdlib_events import events_route
@@ -244,7 +244,7 @@ def _show_warning(
         return
     text = str(message)
     if issubclass(category, UserWarning) and text.startswith(_CORRUPT_EXIF):
-        get_observer().exif_corrupt_warning(text)
+        get_observer().exif_corrupt_warning(ExifCorruptWarning(text))
     structlog.get_logger("py.warnings").warning(
         "python_warning", category=category.__name__, warning=safe_text(text), filename=filename, lineno=lineno
     )

@@ -328,13 +328,10 @@ class HasherMetrics:
             for label in EXCEPTION_LABELS
         }
         self.transpose_child = {label: self.transpose_failures.labels(label) for label in EXCEPTION_LABELS}
-        self.media_key_child = {pair: self.media_keys.labels(*pair) for pair in MEDIA_KEY_SOURCES}
-        self.duration_child = {a: self.hash_duration.labels(a) for a in ALGORITHMS}
-        self.bytes_child = {a: self.hashed_bytes.labels(a) for a in ALGORITHMS}
-        # What every key updates, bound once (see fast_inc / fast_observe).
-        self.count_media_key = {pair: fast_inc(child) for pair, child in self.media_key_child.items()}
-        self.observe_duration = {a: fast_observe(child) for a, child in self.duration_child.items()}
-        self.count_bytes = {a: fast_inc(child) for a, child in self.bytes_child.items()}
+        # What every key updates, bound once as the one handle of each series (see fast_inc / fast_observe).
+        self.count_media_key = {pair: fast_inc(self.media_keys.labels(*pair)) for pair in MEDIA_KEY_SOURCES}
+        self.observe_duration = {a: fast_observe(self.hash_duration.labels(a)) for a in ALGORITHMS}
+        self.count_bytes = {a: fast_inc(self.hashed_bytes.labels(a)) for a in ALGORITHMS}
         self.bad_image_child = {r: self.bad_images.labels(r) for r in BAD_IMAGE_REASONS}
         self.drift_child = {k: self.drift.labels(k) for k in DRIFT_KINDS}
         self.drift_sample_child = {k: self.drift_samples.labels(k) for k in DRIFT_KINDS}

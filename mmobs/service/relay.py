@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmobs.errors import BadImageError, mark_reported
-from mmobs.events import ExifFallback, HashObserver, KeyPath, MediaKeyed, MediaKind, TransposeFailure
+from mmobs.events import ExifFallback, Hashed, HashObserver, KeyPathChosen, MediaKeyed, MediaKind, TransposeFailure
 from mmobs.keys.media import MediaWithBytes, is_media_with_bytes
 from mmobs.service.wire import recv_message, send_message
 
@@ -173,11 +173,11 @@ class RelayObserver(HashObserver):
     def media_keyed(self, event: MediaKeyed) -> None:
         self._send("media_keyed", (event.kind, event.key_source, event.item_digest, *_media_facts(event.media)))
 
-    def hashed(self, algorithm: str, seconds: float, nbytes: int) -> None:
-        self._send("hashed", (algorithm, seconds, nbytes))
+    def hashed(self, event: Hashed) -> None:
+        self._send("hashed", (event.algorithm, event.seconds, event.nbytes))
 
-    def key_path(self, key_path: KeyPath) -> None:
-        self._send("key_path", key_path)
+    def key_path(self, event: KeyPathChosen) -> None:
+        self._send("key_path", event.key_path)
 
     def bad_image(self, error: BadImageError) -> None:
         if is_memory_failure(error):
@@ -255,9 +255,9 @@ class Replayer:
             kind, key_source, item_digest, facts, io_config, with_bytes = payload
             observer.media_keyed(MediaKeyed(kind, key_source, self._media(facts, io_config, with_bytes), item_digest))
         elif name == "hashed":
-            observer.hashed(*payload)
+            observer.hashed(Hashed(*payload))
         elif name == "key_path":
-            observer.key_path(payload)
+            observer.key_path(KeyPathChosen(payload))
         elif name == "bad_image":
             reason, message = payload
             error = BadImageError(reason, message)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from mmobs.events import ExifFallback, KeySource, MediaKeyed, MediaKind, get_observer
+from mmobs.events import ExifFallback, Hashed, KeySource, MediaKeyed, MediaKind, get_observer
 from mmobs.keys.hashing import IMAGE_ID_TAG
 from mmobs.keys.media import is_media_with_bytes
 from mmobs.vllm import decode_skip
@@ -181,7 +181,7 @@ def hash_kwargs(original: Callable[..., str]) -> Callable[..., str]:
             key = original(cls, algorithm, **kwargs)
         finally:
             _current_hash.reset(token)
-        get_observer().hashed(str(algorithm), perf_counter() - started, call.nbytes)
+        get_observer().hashed(Hashed(str(algorithm), perf_counter() - started, call.nbytes))
         image = kwargs.get("image")
         if image is not None:  # an image item's mm_hash, as the processor cache knows it
             decode_skip.note_key(image, key)
