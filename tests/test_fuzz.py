@@ -171,12 +171,15 @@ def test_harness_flags_an_exception_escaping_the_loader(harness: Any, monkeypatc
 
 def test_harness_flags_a_fallback_nobody_reported(harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import mmobs.keys.hashing
+    import mmobs.keys.writer
 
     def silent(observer: Any, image: Any, kind: Any, fallback: Any, original_bytes: Any) -> None:
         with contextlib.suppress(Exception):  # the bug the harness must catch: swallowed, not reported
-            image.getexif().get(mmobs.keys.hashing.IMAGE_ID_TAG)
+            image.getexif().get(mmobs.keys.writer.IMAGE_ID_TAG)
 
-    monkeypatch.setattr(mmobs.keys.hashing, "_read_image_id", silent)  # the one tolerant read, for every key path
+    # The one tolerant read, for every key path: the writer's walk and the one-image fast path.
+    for module in (mmobs.keys.writer, mmobs.keys.hashing):
+        monkeypatch.setattr(module, "read_image_id", silent)
     with pytest.raises(fuzz.PropertyViolation, match="raised 1 time"):
         harness.run(exif_input("jpeg", BAD_HEADER))
 

@@ -20,7 +20,8 @@ from PIL import Image
 from mmobs import ImageMediaIO, MediaWithBytes, MultiModalHasher
 from mmobs.events import RecordingObserver, observing
 from mmobs.keys.framing import DigestSink
-from mmobs.keys.hashing import IMAGE_ID_TAG, _Writer, new_digest
+from mmobs.keys.hashing import IMAGE_ID_TAG, new_digest
+from mmobs.keys.writer import Writer
 from tests import golden
 
 
@@ -34,7 +35,7 @@ def writer_key(algorithm: str, media: MediaWithBytes) -> tuple[str, int, WantsDi
     recorder = WantsDigests()
     digest = new_digest(algorithm)
     sink = DigestSink(digest)
-    _Writer(sink, recorder).item("image", media)
+    Writer(sink, recorder).item("image", media)
     sink.flush()
     return digest.hexdigest(), sink.nbytes, recorder
 

@@ -59,8 +59,8 @@ def counting_observer(inner: Any) -> Any:
                 self.keyed += 1
                 self.inner.media_keyed(event)
 
-            def hashed(self, algorithm: str, seconds: float, nbytes: int) -> None:
-                self.inner.hashed(algorithm, seconds, nbytes)
+            def hashed(self, event: Any) -> None:
+                self.inner.hashed(event)
 
             def bad_image(self, error: Any) -> None:
                 self.bad_images += 1
