@@ -299,16 +299,16 @@ def test_a_vllm_whose_loader_defers_decoding_is_left_alone(vllm_parts: types.Sim
     """A loader that hands on an image not yet decoded (upstream's lazy media, after 0.33) declines the plan."""
     from vllm.multimodal.media.base import MediaWithBytes
 
-    from mmobs.vllm.plugin import _probe_decodes
+    from mmobs.vllm.probes import probe_decodes
     from mmobs.vllm.shape import ShapeMismatch
 
     def deferring(loader: object, data: bytes) -> Any:
         return MediaWithBytes(Image.open(io.BytesIO(data)), data)  # opened, not decoded
 
     with pytest.raises(ShapeMismatch, match="no longer decodes eagerly"):
-        _probe_decodes(deferring, vllm_parts.loader, MediaWithBytes)
+        probe_decodes(deferring, vllm_parts.loader, MediaWithBytes)
     (original,) = [r.original for r in vllm_parts.plugin._applied if r.name == "load_bytes"]
-    _probe_decodes(original, vllm_parts.loader, MediaWithBytes)  # vLLM 0.33's own loader passes
+    probe_decodes(original, vllm_parts.loader, MediaWithBytes)  # vLLM 0.33's own loader passes
 
 
 def test_a_stand_in_decoded_before_it_is_keyed_is_keyed_as_the_decoded_image(vllm_parts: types.SimpleNamespace) -> None:

@@ -43,7 +43,7 @@ from mmobs.vllm.cache_heal import (
     raise_if_drift,
     retry_after_handler,
 )
-from mmobs.vllm.shape import ShapeMismatch, function
+from mmobs.vllm.shape import Plan, ShapeMismatch, function
 from mmobs.vllm.shape import attribute as _attribute
 from mmobs.vllm.shape import module as _module
 
@@ -64,8 +64,6 @@ _SERVING = "vllm.entrypoints.generate.base.serving"
 _ERRORS = "vllm.entrypoints.serve.exception_handling.handlers.vllm_error"
 _EXCEPTIONS = "vllm.exceptions"
 
-_Plan = list[tuple[Any, str, Any, bool]]
-
 
 def healing_enabled() -> bool:
     return os.environ.get(HEAL_ENV, "1").strip() != "0"
@@ -77,7 +75,7 @@ def api_server_process() -> bool:
     return name == "MainProcess" or name.startswith("ApiServer")
 
 
-def cache_plan(book: DriftBook | None = None, *, heal: bool | None = None) -> _Plan:
+def cache_plan(book: DriftBook | None = None, *, heal: bool | None = None) -> Plan:
     """The replacements, every target checked; raises ``ShapeMismatch`` (nothing replaced) when one is off."""
     heal = healing_enabled() if heal is None else heal
     sender = _attribute(_module(_LRU), "LruKeyReplicatedSenderCache")
@@ -104,7 +102,7 @@ def cache_plan(book: DriftBook | None = None, *, heal: bool | None = None) -> _P
     book = book or drift_book()
     error, heal_plan = _heal_plan(book) if heal else (None, [])
     engine = _LastEngine()
-    plan: _Plan = [
+    plan: Plan = [
         (sender, "is_cached", _is_cached(originals["is_cached"]), False),
         (sender, "get_and_update_item", _get_and_update_item(originals["get_and_update_item"], book, error), False),
         (client, "get_output_async", _get_output_async(originals["get_output_async"], engine), False),
@@ -119,7 +117,7 @@ def cache_plan(book: DriftBook | None = None, *, heal: bool | None = None) -> _P
     return plan + heal_plan
 
 
-def _heal_plan(book: DriftBook) -> tuple[type[Exception], _Plan]:
+def _heal_plan(book: DriftBook) -> tuple[type[Exception], Plan]:
     """The healing replacements, and the ``CacheDriftError`` class they raise (vLLM's 503 error, subclassed)."""
     retryable = _attribute(_module(_EXCEPTIONS), "RetryableRequestError")
     if not (isinstance(retryable, type) and issubclass(retryable, Exception)):

@@ -26,12 +26,16 @@ module                                         wraps
                                                ``InputProcessor.process_inputs``: the
                                                front end's stages timed, API server
                                                only
-this module                                    ``make_async``, the media thread pool
+:mod:`mmobs.vllm.context_hooks`                ``make_async``, the media thread pool
                                                (the request's context carried into
                                                vLLM's executor threads), and
                                                ``get_dummy_mm_inputs`` (vLLM's own
                                                dummy inputs are not traffic)
 =============================================  =====================================
+
+What each replacement must reproduce is checked first on probes
+(:mod:`mmobs.vllm.probes`); the parts planned apart (decode-free hits, cache
+drift, uuids, the front end, :mod:`mmobs.vllm.front_end_plan`) decline alone.
 
 mmobs's log events go through stdlib logging under vLLM's logger tree
 (``vllm.mmobs``), so vLLM's handler writes them in vLLM's format, or in the
@@ -44,8 +48,6 @@ nothing. Every replacement is recorded, so :func:`unregister` restores vLLM.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import functools
 import inspect
@@ -53,21 +55,17 @@ import logging
 import os
 import sys
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from io import BytesIO
 from typing import Any
 
-from PIL import Image
-
-from mmobs.events import observing
-from mmobs.keys.hashing import IMAGE_ID_TAG
 from mmobs.observability.stdlib_events import log_events_to_stdlib
-from mmobs.vllm import decode_skip, front_end, key_hooks, loader_hooks
+from mmobs.vllm import decode_skip, key_hooks, loader_hooks
+from mmobs.vllm.context_hooks import context_make_async, context_submit, not_traffic
 from mmobs.vllm.decode_skip import DECODE_SKIP_ENV, DecodeSkipper
-from mmobs.vllm.lazy_image import lazy_class
-from mmobs.vllm.shape import ShapeMismatch
+from mmobs.vllm.front_end_plan import front_end_plan
+from mmobs.vllm.probes import pixels, probe_decodes, probe_images, same_results
+from mmobs.vllm.shape import Plan, ShapeMismatch, registering, vllm_version
 from mmobs.vllm.shape import attribute as _attribute
 from mmobs.vllm.shape import function as _function
 from mmobs.vllm.shape import module as _module
@@ -102,8 +100,6 @@ _CACHE_SHM = "vllm.multimodal.cache.shm"
 _RENDERERS = "vllm.renderers.base"
 _PROCESSOR = "vllm.multimodal.processing.processor"
 _INPUTS = "vllm.multimodal.processing.inputs"
-_CONNECTIONS = "vllm.connections"
-_INPUT_PROCESSOR = "vllm.v1.engine.input_processor"
 
 
 @dataclass
@@ -142,14 +138,14 @@ def register() -> None:
             plan = _plan(skipper) + skip_plan
             plan += _cache_plan()
             plan += _uuid_plan()
-            plan += _front_end_plan()
+            plan += front_end_plan()
         except ShapeMismatch as error:
             _declined = True
             say(
                 logging.WARNING,
                 "mmobs: vLLM %s is not shaped as this plugin expects (%s); its multimodal path is left "
                 "untouched and no image is counted. Set %s=0 to silence this.",
-                _vllm_version(),
+                vllm_version(),
                 error,
                 PLUGIN_ENV,
             )
@@ -172,7 +168,7 @@ def register() -> None:
         say(logging.INFO, "%s", _startup_line(plan, skipper))
 
 
-def _startup_line(plan: _Plan, skipper: DecodeSkipper | None) -> str:
+def _startup_line(plan: Plan, skipper: DecodeSkipper | None) -> str:
     """What the plugin hooked in this process and which switches are on: one line for the operator."""
     from mmobs.vllm import cache_hooks
 
@@ -198,7 +194,7 @@ def _startup_line(plan: _Plan, skipper: DecodeSkipper | None) -> str:
         ]
     where = "API server" if api_server else "engine process"
     return (
-        f"mmobs ({where}): counting vLLM {_vllm_version()}'s multimodal fallbacks; {len(hooked)} attributes wrapped "
+        f"mmobs ({where}): counting vLLM {vllm_version()}'s multimodal fallbacks; {len(hooked)} attributes wrapped "
         f"({', '.join(hooked)}); {', '.join(switches)}"
     )
 
@@ -222,10 +218,7 @@ def unregister() -> None:
 # -- the plan: check everything, replace nothing until all is known good -------------
 
 
-_Plan = list[tuple[Any, str, Any, bool]]
-
-
-def _plan(skipper: DecodeSkipper | None = None) -> _Plan:
+def _plan(skipper: DecodeSkipper | None = None) -> Plan:
     hasher = _module(_HASHER)
     image = _module(_IMAGE)
     media_image = _module(_MEDIA_IMAGE)
@@ -249,8 +242,8 @@ def _plan(skipper: DecodeSkipper | None = None) -> _Plan:
     if not callable(getattr(pool, "submit", None)):
         raise ShapeMismatch(f"{_CONNECTOR}.global_thread_pool has no submit()")
 
-    _same_results(original_id_bytes, key_hooks.image_id_bytes, _probe_images(), "_get_image_id_bytes")
-    _same_results(original_normalize, loader_hooks.normalize_image, _probe_images(), "normalize_image", compare=_pixels)
+    same_results(original_id_bytes, key_hooks.image_id_bytes, probe_images(), "_get_image_id_bytes")
+    same_results(original_normalize, loader_hooks.normalize_image, probe_images(), "normalize_image", compare=pixels)
 
     guard = _enabled(GUARD_ENV)
     serialize_item = key_hooks.serialize_item(original_serialize)
@@ -258,7 +251,7 @@ def _plan(skipper: DecodeSkipper | None = None) -> _Plan:
         from mmobs.vllm.fast_keys import fast_serialize_item
 
         serialize_item = fast_serialize_item(serialize_item)
-    plan: _Plan = [
+    plan: Plan = [
         (hasher, "_get_image_id_bytes", key_hooks.image_id_bytes, False),
         (hasher, "_get_hasher_factory", key_hooks.counting_factory(original_factory), False),
         (hasher_class, "serialize_item", classmethod(serialize_item), False),
@@ -270,9 +263,9 @@ def _plan(skipper: DecodeSkipper | None = None) -> _Plan:
             loader_hooks.load_data_url(original_data_url, loader_class, guard=guard),
             False,
         ),
-        (renderers, "make_async", _context_make_async(original_make_async), False),
-        (pool, "submit", _context_submit(pool.submit), True),
-        (processor_class, "get_dummy_mm_inputs", _not_traffic(original_dummy_inputs), False),
+        (renderers, "make_async", context_make_async(original_make_async), False),
+        (pool, "submit", context_submit(pool.submit), True),
+        (processor_class, "get_dummy_mm_inputs", not_traffic(original_dummy_inputs), False),
     ]
     # normalize_image is imported by name (media.image, parse, Molmo2...): rebind every
     # loaded vLLM module that holds vLLM's function; later importers read the patched source.
@@ -282,7 +275,7 @@ def _plan(skipper: DecodeSkipper | None = None) -> _Plan:
     return plan
 
 
-def _decode_skip_plan() -> tuple[DecodeSkipper | None, _Plan]:
+def _decode_skip_plan() -> tuple[DecodeSkipper | None, Plan]:
     """Decode-free cache hits (:mod:`mmobs.vllm.decode_skip`), in the API server only, planned apart.
 
     The processor caches are found as vLLM makes them (their ``__init__``
@@ -305,22 +298,22 @@ def _decode_skip_plan() -> tuple[DecodeSkipper | None, _Plan]:
         shm = _attribute(_module(_CACHE_SHM), "ShmObjectStoreSenderCache")
         for cache in caches:
             _function(cache, "is_cached_item", parameters=2)
-        _probe_decodes(_function(loader_class, "load_bytes", parameters=2), loader_class, media_with_bytes)
+        probe_decodes(_function(loader_class, "load_bytes", parameters=2), loader_class, media_with_bytes)
     except Exception as error:  # noqa: BLE001 - ShapeMismatch, or whatever a foreign vLLM raises: vLLM's path
         say(
             logging.WARNING,
             "mmobs: decode-free cache hits are off: vLLM %s is not shaped as they need (%s: %s)",
-            _vllm_version(),
+            vllm_version(),
             type(error).__name__,
             error,
         )
         return None, []
     skipper = DecodeSkipper(media_with_bytes, loader_class)
-    plan: _Plan = [
-        (cache, "__init__", _registering(vars(cache)["__init__"], skipper.add_cache), False) for cache in caches
+    plan: Plan = [
+        (cache, "__init__", registering(vars(cache)["__init__"], skipper.add_cache), False) for cache in caches
     ]
     decline = functools.partial(_decline_shm, skipper)
-    plan.append((shm, "__init__", _registering(vars(shm)["__init__"], decline), False))
+    plan.append((shm, "__init__", registering(vars(shm)["__init__"], decline), False))
     return skipper, plan
 
 
@@ -328,61 +321,7 @@ def _decline_shm(skipper: DecodeSkipper, cache: object) -> None:
     skipper.decline("its processor cache is vLLM's shared-memory one (--mm-processor-cache-type shm)")
 
 
-def _registering(init: Callable[..., None], register: Callable[[Any], None]) -> Callable[..., None]:
-    """A cache class's ``__init__`` that hands the new cache to ``register`` once it is built."""
-
-    @functools.wraps(init)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        register(self)
-
-    return __init__
-
-
-def _probe_decodes(original: Callable[[Any, bytes], Any], loader_class: type, media_with_bytes: type) -> None:
-    """vLLM's loader decodes eagerly, and a stand-in decodes to exactly what it returned, on probe files."""
-    for name, data in _probe_files():
-        loaded = original(loader_class(), data)
-        media = getattr(loaded, "media", None)
-        if type(loaded) is not media_with_bytes or not isinstance(media, Image.Image) or vars(media).get("_im") is None:
-            raise ShapeMismatch(f"ImageMediaIO.load_bytes no longer decodes eagerly ({type(media).__name__} on {name})")
-        stand_in_class = lazy_class(type(media))
-        if stand_in_class is None:
-            raise ShapeMismatch(f"ImageMediaIO.load_bytes returns a {type(media).__name__}, not a Pillow image")
-        decode = functools.partial(_decoded_media, original, loader_class, data)
-        stand_in = stand_in_class(media.mode, media.size, media.format, (), decode)
-        if _pixels(stand_in) != _pixels(media) or stand_in.info != media.info or stand_in.palette != media.palette:
-            raise ShapeMismatch(f"a stand-in does not decode to what vLLM's loader returns on {name}")
-
-
-def _decoded_media(original: Callable[[Any, bytes], Any], loader_class: type, data: bytes) -> Image.Image:
-    return original(loader_class(), data).media  # type: ignore[no-any-return]
-
-
-def _probe_files() -> list[tuple[str, bytes]]:
-    """Small encoded probes: RGB and RGBA PNGs, an L PNG, and a JPEG with an EXIF orientation."""
-    files = []
-    probes = (
-        ("rgb.png", "RGB", "PNG"),
-        ("rgba.png", "RGBA", "PNG"),
-        ("l.png", "L", "PNG"),
-        ("rotated.jpg", "RGB", "JPEG"),
-    )
-    for name, mode, fmt in probes:
-        image = Image.new(mode, (5, 3), 200 if mode == "L" else (10, 20, 30, 40)[: len(mode)])
-        image.putpixel((0, 0), 7 if mode == "L" else (1, 2, 3, 4)[: len(mode)])
-        buffer = BytesIO()
-        if fmt == "JPEG":
-            exif = Image.Exif()
-            exif[0x0112] = 6  # rotated 90 degrees: the loader's transpose swaps the size
-            image.save(buffer, fmt, exif=exif)
-        else:
-            image.save(buffer, fmt)
-        files.append((name, buffer.getvalue()))
-    return files
-
-
-def _cache_plan() -> _Plan:
+def _cache_plan() -> Plan:
     """The multimodal cache drift hooks (:mod:`mmobs.vllm.cache_hooks`), in the API server only.
 
     They are planned apart: a vLLM whose cache path is shaped otherwise gets
@@ -399,14 +338,14 @@ def _cache_plan() -> _Plan:
             logging.WARNING,
             "mmobs: vLLM %s's multimodal processor cache is not shaped as mmobs expects (%s: %s); its cache drift "
             "is neither counted nor healed, the rest of the plugin is loaded.",
-            _vllm_version(),
+            vllm_version(),
             type(error).__name__,
             error,
         )
         return []
 
 
-def _uuid_plan() -> _Plan:
+def _uuid_plan() -> Plan:
     """Client media uuids checked against their content (:mod:`mmobs.vllm.uuid_check`), in the API server only.
 
     Planned apart, as the cache hooks are: a vLLM whose ``ProcessorInputs`` is shaped otherwise gets one
@@ -427,78 +366,13 @@ def _uuid_plan() -> _Plan:
             logging.WARNING,
             "mmobs: vLLM %s's ProcessorInputs is not shaped as mmobs expects (%s: %s); client media uuids are not "
             "checked, the rest of the plugin is loaded.",
-            _vllm_version(),
+            vllm_version(),
             type(error).__name__,
             error,
         )
         return []
     checker = uuid_check.checker_from_environment()
     return [(inputs_class, "get_mm_hashes", uuid_check.get_mm_hashes(original, checker), False)]
-
-
-def _front_end_plan() -> _Plan:
-    """The front end's stages timed (:mod:`mmobs.vllm.front_end`), in the API server only.
-
-    The loader's own stages (base64, decode) are timed by the loader hooks; these
-    are the downloads, the HF processor and the hand-off to the engine. Planned
-    apart: a vLLM shaped otherwise gets one warning and keeps the rest of the plugin.
-    """
-    from mmobs.vllm import cache_hooks
-
-    if not cache_hooks.api_server_process():
-        return []
-    try:
-        connector_class = _attribute(_module(_CONNECTOR), "MediaConnector")
-        loader_class = _attribute(_module(_MEDIA_IMAGE), "ImageMediaIO")
-        connection_class = _attribute(_module(_CONNECTIONS), "HTTPConnection")
-        processor_class = _attribute(_module(_PROCESSOR), "BaseMultiModalProcessor")
-        wrapped = (
-            (connector_class, "load_from_url", front_end.media_fetch),
-            (connector_class, "load_from_url_async", front_end.media_fetch),
-            (connection_class, "get_bytes", front_end.download),
-            (connection_class, "async_get_bytes", front_end.download),
-        )
-        plan: _Plan = [(owner, name, wrap(_function(owner, name)), False) for owner, name, wrap in wrapped]
-        file_url = front_end.file_url(_function(connector_class, "_load_file_url", parameters=3), loader_class)
-        plan.append((connector_class, "_load_file_url", file_url, False))
-        processor_init = _registering(vars(processor_class)["__init__"], _time_processor)
-        plan.append((processor_class, "__init__", processor_init, False))
-        _function(processor_class, "_apply_hf_processor_main", parameters=3)
-    except Exception as error:  # noqa: BLE001 - ShapeMismatch, or anything a foreign vLLM raises on import
-        _front_end_declined("multimodal front end", "its stages are not timed", error)
-        return []
-    try:  # the engine's side: needs vLLM's engine dependencies (msgspec), which a bare vLLM may lack
-        input_processor_class = _attribute(_module(_INPUT_PROCESSOR), "InputProcessor")
-        handoff = front_end.process_inputs(_function(input_processor_class, "process_inputs"))
-        made = _registering(vars(input_processor_class)["__init__"], front_end.input_processor_made)
-    except Exception as error:  # noqa: BLE001 - as above
-        _front_end_declined("InputProcessor", "the whole front end (from arrival to the engine) is not timed", error)
-        return plan
-    return [
-        *plan,
-        (input_processor_class, "process_inputs", handoff, False),
-        (input_processor_class, "__init__", made, False),
-    ]
-
-
-def _front_end_declined(what: str, consequence: str, error: Exception) -> None:
-    say(
-        logging.WARNING,
-        "mmobs: vLLM %s's %s is not shaped as mmobs expects (%s: %s); %s, the rest of the plugin is loaded.",
-        _vllm_version(),
-        what,
-        type(error).__name__,
-        error,
-        consequence,
-    )
-
-
-def _time_processor(processor: Any) -> None:
-    """A new processor's ``_apply_hf_processor_main`` (its model's own, if it overrides vLLM's), timed."""
-    method = getattr(processor, "_apply_hf_processor_main", None)
-    if callable(method) and not getattr(method, "__mmobs_timed__", False):
-        with contextlib.suppress(AttributeError):  # a processor with __slots__: untimed, never broken
-            processor._apply_hf_processor_main = front_end.timed_processor(method)
 
 
 def _enabled(variable: str) -> bool:
@@ -510,96 +384,3 @@ def _classmethod(owner: type, name: str) -> Callable[..., Any]:
     if not isinstance(raw, classmethod) or inspect.isgeneratorfunction(raw.__func__):
         raise ShapeMismatch(f"{owner.__name__}.{name} is not a classmethod returning chunks eagerly")
     return raw.__func__
-
-
-def _probe_images() -> list[Callable[[], Image.Image]]:
-    """Fresh probe images (EXIF reads are stateful): plain, UUID ImageID, rotated."""
-
-    def plain() -> Image.Image:
-        return Image.new("RGB", (3, 2), (1, 2, 3))
-
-    def with_uuid() -> Image.Image:
-        image = Image.new("L", (2, 2), 7)
-        image.getexif()[IMAGE_ID_TAG] = uuid.UUID(int=0x6D6D6F6273)
-        return image
-
-    def rotated() -> Image.Image:
-        image = Image.new("RGB", (3, 2), (9, 8, 7))
-        image.putpixel((0, 0), (1, 1, 1))
-        image.getexif()[0x0112] = 6
-        return image
-
-    return [plain, with_uuid, rotated]
-
-
-def _pixels(image: Any) -> Any:
-    return (image.mode, image.size, image.tobytes()) if isinstance(image, Image.Image) else image
-
-
-def _same_results(
-    original: Callable[[Any], Any],
-    replacement: Callable[[Any], Any],
-    probes: list[Callable[[], Image.Image]],
-    name: str,
-    compare: Callable[[Any], Any] = lambda value: value,
-) -> None:
-    for probe in probes:
-        if compare(original(probe())) != compare(replacement(probe())):
-            raise ShapeMismatch(f"{name} no longer behaves as mmobs's replacement does on {probe.__name__} images")
-
-
-def _vllm_version() -> str:
-    module = sys.modules.get("vllm")
-    return str(getattr(module, "__version__", "unknown"))
-
-
-# -- the context carriers and the start-up guard ---------------------------------------
-
-
-def _context_make_async(original: Callable[..., Any]) -> Callable[..., Any]:
-    """vLLM's ``make_async``, with the caller's contextvars carried into the executor thread.
-
-    ``loop.run_in_executor`` does not copy the context (``asyncio.to_thread``
-    does), so the request id bound by the middleware is lost in vLLM's
-    multimodal executor without this.
-    """
-
-    @functools.wraps(original)
-    def make_async(func: Callable[..., Any], executor: Any = None) -> Callable[..., Any]:
-        def run_in(context: contextvars.Context, *args: Any, **kwargs: Any) -> Any:
-            return context.run(func, *args, **kwargs)
-
-        in_executor = original(run_in, executor=executor)
-
-        def _async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            return in_executor(contextvars.copy_context(), *args, **kwargs)
-
-        return _async_wrapper
-
-    return make_async
-
-
-def _context_submit(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``executor.submit`` that runs the function in a copy of the submitter's context."""
-
-    @functools.wraps(original)
-    def submit(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        return original(contextvars.copy_context().run, fn, *args, **kwargs)
-
-    return submit
-
-
-def _not_traffic(original: Callable[..., Any]) -> Callable[..., Any]:
-    """vLLM's ``get_dummy_mm_inputs`` with nobody watching: its dummy images are vLLM's own work.
-
-    The API server processes a dummy multimodal input at start-up (the renderer's
-    warm-up) and the engine profiles with them: counted, they would look like
-    traffic before the first request.
-    """
-
-    @functools.wraps(original)
-    def get_dummy_mm_inputs(*args: Any, **kwargs: Any) -> Any:
-        with observing(None):
-            return original(*args, **kwargs)
-
-    return get_dummy_mm_inputs

@@ -1,20 +1,26 @@
 """Looking vLLM's attributes up before replacing any: a vLLM of another shape is declined, never half patched.
 
-Shared by the plugin (:mod:`mmobs.vllm.plugin`) and its cache drift hooks
-(:mod:`mmobs.vllm.cache_hooks`), which each check every target of their plan
-first and raise :class:`ShapeMismatch` naming the first one that is off; and
-the one reader of a setting vLLM reads at run time, its pixel limit.
+Shared by the plugin (:mod:`mmobs.vllm.plugin`) and the parts it plans apart
+(:mod:`mmobs.vllm.cache_hooks`, :mod:`mmobs.vllm.front_end_plan`), which each
+check every target of their :data:`Plan` first and raise :class:`ShapeMismatch`
+naming the first one that is off; :func:`registering`, the one wrapper of a
+vLLM constructor; and the one reader of a setting vLLM reads at run time, its
+pixel limit.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ShapeMismatch", "attribute", "function", "module", "vllm_max_pixels"]
+__all__ = ["Plan", "ShapeMismatch", "attribute", "function", "module", "registering", "vllm_max_pixels", "vllm_version"]
+
+#: What a plan replaces: (owner, attribute, replacement, whether the owner is an instance, not a class or module).
+Plan = list[tuple[Any, str, Any, bool]]
 
 
 class ShapeMismatch(Exception):
@@ -55,3 +61,20 @@ def vllm_max_pixels() -> int | None:
     envs = sys.modules.get("vllm.envs")
     limit = getattr(envs, "VLLM_MAX_IMAGE_PIXELS", 0) if envs is not None else 0
     return limit if isinstance(limit, int) and limit > 0 else None
+
+
+def registering(init: Callable[..., None], register: Callable[[Any], None]) -> Callable[..., None]:
+    """A class's ``__init__`` that hands each new object to ``register`` once it is built."""
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        register(self)
+
+    return __init__
+
+
+def vllm_version() -> str:
+    """The running vLLM's version, for the messages that decline it."""
+    module = sys.modules.get("vllm")
+    return str(getattr(module, "__version__", "unknown"))

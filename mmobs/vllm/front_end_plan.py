@@ -1,0 +1,92 @@
+"""The plan of the front end's stage timers (:mod:`mmobs.vllm.front_end`), made apart from the plugin's.
+
+The loader's own stages (base64, decode) are timed by the loader hooks; this
+plans the rest: the downloads, the HF processor (hooked on each processor as
+it is built, so a model's own ``_apply_hf_processor_main`` is the one timed)
+and the hand-off to the engine. A vLLM shaped otherwise gets one warning and
+keeps the rest of the plugin; the hand-off declines on its own where vLLM's
+engine dependencies are missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from mmobs.vllm import front_end
+from mmobs.vllm.shape import Plan, attribute, function, module, registering, vllm_version
+from mmobs.vllm.startup_log import say
+
+__all__ = ["front_end_plan"]
+
+_CONNECTOR = "vllm.multimodal.media.connector"
+_MEDIA_IMAGE = "vllm.multimodal.media.image"
+_CONNECTIONS = "vllm.connections"
+_PROCESSOR = "vllm.multimodal.processing.processor"
+_INPUT_PROCESSOR = "vllm.v1.engine.input_processor"
+
+
+def front_end_plan() -> Plan:
+    """The front end's stages timed (:mod:`mmobs.vllm.front_end`), in the API server only.
+
+    The loader's own stages (base64, decode) are timed by the loader hooks; these
+    are the downloads, the HF processor and the hand-off to the engine. Planned
+    apart: a vLLM shaped otherwise gets one warning and keeps the rest of the plugin.
+    """
+    from mmobs.vllm import cache_hooks
+
+    if not cache_hooks.api_server_process():
+        return []
+    try:
+        connector_class = attribute(module(_CONNECTOR), "MediaConnector")
+        loader_class = attribute(module(_MEDIA_IMAGE), "ImageMediaIO")
+        connection_class = attribute(module(_CONNECTIONS), "HTTPConnection")
+        processor_class = attribute(module(_PROCESSOR), "BaseMultiModalProcessor")
+        wrapped = (
+            (connector_class, "load_from_url", front_end.media_fetch),
+            (connector_class, "load_from_url_async", front_end.media_fetch),
+            (connection_class, "get_bytes", front_end.download),
+            (connection_class, "async_get_bytes", front_end.download),
+        )
+        plan: Plan = [(owner, name, wrap(function(owner, name)), False) for owner, name, wrap in wrapped]
+        file_url = front_end.file_url(function(connector_class, "_load_file_url", parameters=3), loader_class)
+        plan.append((connector_class, "_load_file_url", file_url, False))
+        processor_init = registering(vars(processor_class)["__init__"], _time_processor)
+        plan.append((processor_class, "__init__", processor_init, False))
+        function(processor_class, "_apply_hf_processor_main", parameters=3)
+    except Exception as error:  # noqa: BLE001 - ShapeMismatch, or anything a foreign vLLM raises on import
+        _declined("multimodal front end", "its stages are not timed", error)
+        return []
+    try:  # the engine's side: needs vLLM's engine dependencies (msgspec), which a bare vLLM may lack
+        input_processor_class = attribute(module(_INPUT_PROCESSOR), "InputProcessor")
+        handoff = front_end.process_inputs(function(input_processor_class, "process_inputs"))
+        made = registering(vars(input_processor_class)["__init__"], front_end.input_processor_made)
+    except Exception as error:  # noqa: BLE001 - as above
+        _declined("InputProcessor", "the whole front end (from arrival to the engine) is not timed", error)
+        return plan
+    return [
+        *plan,
+        (input_processor_class, "process_inputs", handoff, False),
+        (input_processor_class, "__init__", made, False),
+    ]
+
+
+def _declined(what: str, consequence: str, error: Exception) -> None:
+    say(
+        logging.WARNING,
+        "mmobs: vLLM %s's %s is not shaped as mmobs expects (%s: %s); %s, the rest of the plugin is loaded.",
+        vllm_version(),
+        what,
+        type(error).__name__,
+        error,
+        consequence,
+    )
+
+
+def _time_processor(processor: Any) -> None:
+    """A new processor's ``_apply_hf_processor_main`` (its model's own, if it overrides vLLM's), timed."""
+    method = getattr(processor, "_apply_hf_processor_main", None)
+    if callable(method) and not getattr(method, "__mmobs_timed__", False):
+        with contextlib.suppress(AttributeError):  # a processor with __slots__: untimed, never broken
+            processor._apply_hf_processor_main = front_end.timed_processor(method)
