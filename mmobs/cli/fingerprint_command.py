@@ -1,0 +1,22 @@
+"""``mmobs fingerprint``: this install's fleet fingerprint; two hosts that print different ones key some image differently."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+__all__ = ["run_fingerprint"]
+
+
+def run_fingerprint(args: argparse.Namespace) -> int:
+    """Print the digest and the reference key behind it, input by input."""
+    from mmobs.observability.fingerprint import compute_fingerprint
+
+    fingerprint = compute_fingerprint()
+    if args.json:
+        print(json.dumps({"fingerprint": fingerprint.digest, "keys": fingerprint.keys}, indent=2))
+    else:
+        print(fingerprint.digest)
+        for name, key in sorted(fingerprint.keys.items()):
+            print(f"  {name:28} {key}")
+    return 0
