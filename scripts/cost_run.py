@@ -179,7 +179,7 @@ def _row(result: Result) -> str:
 
 
 def pivot(results: list[Result]) -> str:
-    """One row per input, one column group per loader: the table in ``docs/reliability.md``."""
+    """One row per input, one column group per loader: the table in ``benchmarks/results/2026-11-30-9b1f57c-decode-budgets.md``."""
     loaders = list(dict.fromkeys(r.loader for r in results))
     inputs = list(dict.fromkeys(r.name for r in results))
     cell = {(r.name, r.loader): r for r in results}
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="loader(s) to measure (default: mmobs)")  # fmt: skip
     parser.add_argument(
         "--before-ref", default="9d413cd",
-        help="git ref of mmobs-before (default: 9d413cd, main when docs/reliability.md's table was measured)",
+        help="git ref of mmobs-before (default: 9d413cd, main when the table in benchmarks/results/ was measured)",
     )  # fmt: skip
     parser.add_argument("--only", action="append", default=[], help="measure only inputs whose name contains this")
     parser.add_argument("--cpu-limit", type=int, default=120, help="RLIMIT_CPU of each child, seconds (default 120)")

@@ -347,7 +347,7 @@ def _costs(outcome: Outcome | None) -> list[str]:
 
 
 def pivot(results: list[Outcome]) -> str:
-    """One row per input, one column group per server: the table in ``docs/reliability.md``."""
+    """One row per input, one column group per server: the table in ``benchmarks/results/2026-12-01-58ff082-vllm-server-cost.md``."""
     kinds = list(dict.fromkeys(r.server for r in results))
     cell = {(r.name, r.server): r for r in results}
     head = ["input", "data URL MiB"]

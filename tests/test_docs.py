@@ -30,7 +30,9 @@ from tests.markdown import section
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-PAGES = sorted([README, ROOT / "dashboards" / "README.md", *DOCS.rglob("*.md")])
+#: The benchmark and reliability runs the two summary pages link to (``benchmarks/results/``).
+RESULTS = ROOT / "benchmarks" / "results"
+PAGES = sorted([README, ROOT / "dashboards" / "README.md", *DOCS.rglob("*.md"), *RESULTS.glob("*.md")])
 
 #: The README is the landing page; the reference lives in docs/.
 MAX_README_LINES = 200
