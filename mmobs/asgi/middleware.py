@@ -48,6 +48,7 @@ import structlog
 from prometheus_client import REGISTRY, CollectorRegistry
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mmobs.asgi.channels import CountingReceive, ResponseWatch
 from mmobs.asgi.exposition import MetricsEndpoint
 from mmobs.asgi.http_errors import bad_image_body, error_body, send_json
 from mmobs.asgi.request_metrics import RequestRecorder, RouteSeries
@@ -103,62 +104,6 @@ def _recorder_for(registry: CollectorRegistry, buckets: Sequence[float] | None, 
             "every MMObsMiddleware on one registry must use the same buckets"
         )
     return recorder
-
-
-class _Response:
-    """What the app sends, seen through ``send``: the status, when the first and last body bytes left, how many.
-
-    Also appends the request id header. One object a request (a closure
-    would make a cell per variable it shares).
-    """
-
-    __slots__ = ("_header", "_send", "finished", "first_byte", "sent", "status")
-
-    def __init__(self, send: Send, header: tuple[bytes, bytes]) -> None:
-        self._send, self._header = send, header
-        self.status = self.sent = 0
-        self.first_byte = self.finished = 0.0
-
-    async def send(self, message: Message) -> None:
-        if message["type"] == "http.response.body":
-            now = perf_counter()  # one clock read serves a body that is both the first and the last
-            body = message.get("body", b"")
-            if body:
-                self.sent += len(body)
-                if not self.first_byte:
-                    self.first_byte = now
-            if not message.get("more_body", False):
-                self.finished = now
-                if not self.first_byte:
-                    self.first_byte = now
-        elif message["type"] == "http.response.start":
-            self.status = message["status"]
-            # "headers" is optional in ASGI and may be any iterable; the app's
-            # own list (a Response's raw_headers) is never modified in place.
-            headers = message.get("headers", ())
-            name = self._header[0]
-            for present, _ in headers:
-                if present.lower() == name:
-                    break
-            else:
-                message["headers"] = [*headers, self._header]
-        await self._send(message)
-
-
-class _CountingReceive:
-    """``receive`` counting the body bytes the app reads (for a request that declared no length)."""
-
-    __slots__ = ("_receive", "received")
-
-    def __init__(self, receive: Receive) -> None:
-        self._receive = receive
-        self.received = 0
-
-    async def receive(self) -> Message:
-        message = await self._receive()
-        if message["type"] == "http.request":
-            self.received += len(message.get("body", b""))
-        return message
 
 
 class MMObsMiddleware:
@@ -239,8 +184,8 @@ class MMObsMiddleware:
         target = self._targets.get((scope["method"], scope["path"])) or self._target(scope)
         route, series, endpoint = target
         stats = RequestStats(request_id, route)
-        response = _Response(send, (self._request_id_key, request_id.encode("latin-1")))
-        body = _CountingReceive(receive) if declared_size < 0 else None  # chunked, or HTTP/2 without a length
+        response = ResponseWatch(send, (self._request_id_key, request_id.encode("latin-1")))
+        body = CountingReceive(receive) if declared_size < 0 else None  # chunked, or HTTP/2 without a length
 
         error: BaseException | None = None
         token = current_request.set(stats)
