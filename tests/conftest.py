@@ -14,7 +14,7 @@ from mmobs.events import RecordingObserver, observing
 
 def pytest_configure(config: pytest.Config) -> None:
     """Stop at once, with a message saying where the golden vectors go, when they are not there."""
-    from tests.golden import missing_message
+    from tests.support.golden import missing_message
 
     message = missing_message()
     if message is not None:
@@ -69,7 +69,7 @@ def silent_observer() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def vllm_server_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
     """(the vLLM server environment, the tiny model directory); skips where the environment is absent."""
-    from tests.vllm_server import make_model, require_vllm_server
+    from tests.support.vllm_server import make_model, require_vllm_server
 
     venv = require_vllm_server()
     return venv, make_model(venv, tmp_path_factory.mktemp("tiny-qwen2-vl"))
@@ -96,7 +96,7 @@ def vllm_server(
     ``server.initial`` holds the mmobs samples read right after start-up, before any request;
     ``server.media_dir`` is the ``--allowed-local-media-path`` its file URLs may read.
     """
-    from tests.vllm_server import MMOBS_FLAGS, VllmServer
+    from tests.support.vllm_server import MMOBS_FLAGS, VllmServer
 
     venv, model = vllm_server_env
     server = VllmServer(
@@ -118,7 +118,7 @@ def vllm_server(
 @pytest.fixture(scope="session")
 def vllm_servers_json(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """``vllm serve --api-server-count 2`` with mmobs, the guard on, and a JSON logging config."""
-    from tests.vllm_server import MMOBS_FLAGS, VllmServer, write_json_logging_config
+    from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, write_json_logging_config
 
     venv, model = vllm_server_env
     directory = tmp_path_factory.mktemp("vllm-servers-json")
@@ -150,7 +150,7 @@ def vllm_scale_out(
     The oracle of the render-key tests (its keys are vLLM's own hasher's) and the plugin-off state the
     docs describe (the preset counts HTTP requests only). Its file URLs read the shared server's directory.
     """
-    from tests.vllm_server import MMOBS_FLAGS, VllmServer
+    from tests.support.vllm_server import MMOBS_FLAGS, VllmServer
 
     venv, model = vllm_server_env
     server = VllmServer(

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from mmobs._version import __version__
-from tests.markdown import fenced_blocks
+from tests.support.markdown import fenced_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEEL = f"mmobs-{__version__}-py3-none-any.whl"
@@ -105,7 +105,7 @@ def test_the_readme_and_the_vllm_page_install_the_wheel_that_is_built(dist: Path
 
 def test_the_vllm_server_environment_has_the_wheel_not_the_checkout() -> None:
     """What ``.ci/install-vllm-server`` installs: a wheel file (pip records an archive), not a directory."""
-    from tests.vllm_server import require_vllm_server
+    from tests.support.vllm_server import require_vllm_server
 
     venv = require_vllm_server()
     (record,) = venv.glob(f"lib/python3*/site-packages/mmobs-{__version__}.dist-info/direct_url.json")

@@ -2,7 +2,7 @@
 
 mmobs's own names must equal :data:`mmobs.observability.metrics.METRIC_NAMES` (a test checks
 it); the vLLM names are checked against vLLM's source by
-``tests/test_vllm_metrics.py``. Counters carry their ``_total`` suffix, as on
+``tests/vllm/test_vllm_metrics.py``. Counters carry their ``_total`` suffix, as on
 the wire.
 """
 
@@ -139,7 +139,7 @@ VARIABLE_METRIC = MEDIA_KEYS
 #: Multimodal items looked up in vLLM's processor cache, and the ones found there.
 #: prometheus_client adds ``_total`` to a Counter's name on the wire; vLLM serves the text format, so
 #: Prometheus stores the names with their colon (checked against a real server scraped by a real
-#: Prometheus in tests/test_prometheus.py).
+#: Prometheus in tests/dashboards/test_prometheus.py).
 VLLM_MM_CACHE_QUERIES = "vllm:mm_cache_queries_total"
 VLLM_MM_CACHE_HITS = "vllm:mm_cache_hits_total"
 #: The labels vLLM puts on every per-engine metric.

@@ -4,7 +4,7 @@ Every panel reads the ``${datasource}`` variable (on the panel and on every
 target, dashboard-linter's panel-datasource-rule), has a unit and a description
 (panel-units-rule, panel-title-description-rule), and writes each field that
 Grafana's dashboard schema requires, so the grafana-foundation-sdk round trip
-is the identity (``tests/test_dashboard_schema.py``).
+is the identity (``tests/dashboards/test_dashboard_schema.py``).
 """
 
 from __future__ import annotations

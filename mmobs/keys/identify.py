@@ -36,7 +36,7 @@ whole order, or fails as it would fail:
   (and a Pillow without one of them, as Pillow 15 will be without IM, has
   one fewer to skip).
 
-``tests/test_identify.py`` holds each test against the plugin itself and
+``tests/keys/test_identify.py`` holds each test against the plugin itself and
 every reading against ``Image.open`` over the whole order, so a Pillow that
 changes one fails there, not in a key. The cache is keyed by the registry's
 size: a plugin registered under a new name takes part at once; one that

@@ -235,7 +235,7 @@ def bulk_capable(child: Any) -> bool:
 def fast_observe(child: Any) -> Callable[[float], None]:
     """``child.observe`` for a histogram child, its bucket found by bisection instead of a Python loop.
 
-    The same sum and bucket value objects are updated (``tests/test_request_metrics.py``
+    The same sum and bucket value objects are updated (``tests/asgi/test_request_metrics.py``
     holds the result equal to ``observe``).
     """
     if not bulk_capable(child):

@@ -57,7 +57,7 @@ from mmobs.service.error_responses import http_exception_handler, server_error_h
 from mmobs.service.hash_request import RequestError
 from mmobs.service.hash_service import HashService
 
-# tests/test_service.py imports this helper from here.
+# tests/service/test_service.py imports this helper from here.
 from mmobs.service.request_image import data_url_bytes as _data_url_bytes  # noqa: F401
 
 __all__ = ["HashService", "RequestError", "ServiceConfig", "create_app"]

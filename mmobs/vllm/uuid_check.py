@@ -63,7 +63,7 @@ INDEX_BYTES_ENV = "MMOBS_VLLM_UUID_INDEX_BYTES"
 DEFAULT_ENTRIES = 65536
 DEFAULT_BYTES = 32 * 1024 * 1024
 #: One entry, as tracemalloc measures it in CPython 3.11: two 16-byte digests, a 16-character
-#: string, a tuple and the ordered dict's node (tests/test_vllm_uuid_check.py holds it).
+#: string, a tuple and the ordered dict's node (tests/vllm/test_vllm_uuid_check.py holds it).
 ENTRY_BYTES = 328
 #: Characters of a uuid shown in the log and the error (a client's uuid may be any length).
 UUID_CHARS = 64

@@ -1,6 +1,6 @@
 """The bad-input corpus: every malformed input mmobs must refuse (4xx) or key (200).
 
-``build_corpus()`` returns a list of :class:`Case`; ``tests/test_corpus.py``
+``build_corpus()`` returns a list of :class:`Case`; ``tests/service/test_corpus.py``
 sends each one to a real ``mmobs serve`` (started with :data:`SERVE_ARGS`) and
 loads every image case in-process too. Run ``python scripts/make_corpus.py
 OUTDIR`` to write the inputs as files (plus ``index.json``) to look at them,

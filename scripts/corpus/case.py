@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-#: Limits of the service the corpus is written for (``tests/test_corpus.py``).
+#: Limits of the service the corpus is written for (``tests/service/test_corpus.py``).
 IMAGE_MAX_PIXELS = 50_000_000
 IMAGE_MAX_BYTES = 1024 * 1024
 BODY_MAX_BYTES = 2 * 1024 * 1024

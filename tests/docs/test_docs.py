@@ -1,0 +1,147 @@
+"""The documentation against the code: the README stays a landing page, the reference pages stay true.
+
+Tables and lists that restate the code (metric names and labels, bad-image
+reasons, middleware options) are read from the Markdown and compared with the
+code's own declarations; every relative link, and every ``#anchor`` of one,
+must lead somewhere.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from mmobs import MMObsMiddleware
+from mmobs.errors import BAD_IMAGE_REASONS
+from mmobs.observability.metrics import HASHER_METRICS, HTTP_METRICS, METRIC_NAMES
+from mmobs.vllm.cache_metrics import CACHE_DRIFT_METRICS
+from mmobs.vllm.cache_metrics import METRIC_NAMES as VLLM_CACHE_METRIC_NAMES
+from mmobs.vllm.decode_metrics import DECODE_SKIP_METRICS
+from mmobs.vllm.decode_metrics import METRIC_NAMES as VLLM_DECODE_METRIC_NAMES
+from mmobs.vllm.front_end_metrics import FRONT_END_METRICS
+from mmobs.vllm.front_end_metrics import METRIC_NAMES as VLLM_FRONT_END_METRIC_NAMES
+from mmobs.vllm.uuid_metrics import METRIC_NAMES as VLLM_UUID_METRIC_NAMES
+from mmobs.vllm.uuid_metrics import UUID_CHECK_METRICS
+from tests.support.markdown import section
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+#: The benchmark and reliability runs the two summary pages link to (``benchmarks/results/``).
+RESULTS = ROOT / "benchmarks" / "results"
+PAGES = sorted([README, ROOT / "dashboards" / "README.md", *DOCS.rglob("*.md"), *RESULTS.glob("*.md")])
+
+#: The README is the landing page; the reference lives in docs/.
+MAX_README_LINES = 200
+
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+_TICKED = re.compile(r"`([^`]+)`")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return {_slug(match) for match in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
+
+
+def test_the_readme_is_a_landing_page() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines; move reference text to docs/"
+
+
+def test_the_readme_gives_the_two_commands() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert "python3 -m pip install -e '.[serve]' && mmobs serve --port 8000" in text
+    assert "python3 -m pip install -q -e '.[test]' && python3 -m pytest" in text
+    assert (
+        (ROOT / ".ci" / "run")
+        .read_text()
+        .rstrip()
+        .endswith("python3 -m pip install -q -e '.[test]' && python3 -m pytest")
+    )
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_relative_links_lead_somewhere(page: Path) -> None:
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
+    broken = []
+    for target in _LINK.findall(text):
+        if re.match(r"[a-z]+:", target):
+            continue  # http(s), mailto: not checked here
+        path_part, _, anchor = target.partition("#")
+        destination = (page.parent / path_part).resolve() if path_part else page
+        if not destination.exists() or (
+            anchor and destination.is_file() and destination.suffix == ".md" and anchor not in _anchors(destination)
+        ):
+            broken.append(target)
+    assert broken == [], f"{page.relative_to(ROOT)}: broken links {broken}"
+
+
+def test_the_readme_names_every_metric() -> None:
+    listed = set(re.findall(r"`(mmobs_[a-z0-9_]+)`", section(README.read_text(encoding="utf-8"), "## Metrics")))
+    declared = (
+        set(METRIC_NAMES)
+        | set(VLLM_CACHE_METRIC_NAMES)
+        | set(VLLM_DECODE_METRIC_NAMES)
+        | set(VLLM_UUID_METRIC_NAMES)
+        | set(VLLM_FRONT_END_METRIC_NAMES)
+    )
+    assert listed == declared, f"README lacks {sorted(declared - listed)}, names unknown {sorted(listed - declared)}"
+
+
+def test_the_cache_drift_page_gives_every_series_with_its_labels() -> None:
+    text = (DOCS / "vllm-cache-drift.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(mmobs_vllm_[a-z_]+)(?:\{([a-z_, ]*)\})?` \|", text, flags=re.MULTILINE)
+    documented = {name: tuple(label.strip() for label in labels.split(",") if label.strip()) for name, labels in rows}
+    assert documented == {spec.name: spec.labels for spec in CACHE_DRIFT_METRICS}
+
+
+def test_the_vllm_page_gives_every_decode_free_hit_series() -> None:
+    text = section((DOCS / "vllm.md").read_text(encoding="utf-8"), "## Decode-free cache hits")
+    documented = re.findall(r"^\| `(mmobs_vllm_[a-z_]+)` \|", text, flags=re.MULTILINE)
+    assert documented == [spec.name for spec in DECODE_SKIP_METRICS]
+
+
+def test_the_vllm_page_gives_every_uuid_series_with_its_labels_and_help() -> None:
+    text = section((DOCS / "vllm.md").read_text(encoding="utf-8"), "## Client media uuids")
+    rows = re.findall(r"^\| `(mmobs_vllm_[a-z_]+)(?:\{([a-z_, ]*)\})?` \| (.+) \|$", text, flags=re.MULTILINE)
+    documented = [(name, tuple(filter(None, labels.split(", "))), meaning) for name, labels, meaning in rows]
+    assert documented == [(spec.name, spec.labels, spec.documentation) for spec in UUID_CHECK_METRICS]
+
+
+def test_the_vllm_page_gives_every_front_end_series_with_its_labels_and_help() -> None:
+    text = section((DOCS / "vllm.md").read_text(encoding="utf-8"), "## The multimodal front end")
+    rows = re.findall(r"^\| `(mmobs_vllm_[a-z0-9_]+)(?:\{([a-z_, ]*)\})?` \| (.+) \|$", text, flags=re.MULTILINE)
+    documented = [(name, tuple(filter(None, labels.split(", "))), meaning) for name, labels, meaning in rows]
+    assert documented == [(spec.name, spec.labels, spec.documentation) for spec in FRONT_END_METRICS]
+
+
+def test_the_library_page_gives_every_metric_with_its_labels() -> None:
+    rows = re.findall(r"^\| `(mmobs_[a-z_]+)` \|([^|]*)\|", (DOCS / "library.md").read_text(), flags=re.MULTILINE)
+    documented = {name: tuple(_TICKED.findall(labels)) for name, labels in rows}
+    declared = {spec.name: spec.labels for spec in (*HASHER_METRICS, *HTTP_METRICS)}
+    assert documented == declared
+
+
+def test_the_library_page_lists_every_bad_image_reason() -> None:
+    text = (DOCS / "library.md").read_text(encoding="utf-8")
+    start = text.index("`mmobs.BAD_IMAGE_REASONS`:")
+    listed = re.findall(r"`([a-z0-9_]+)`", text[start : text.index(")", start)])
+    assert listed == list(BAD_IMAGE_REASONS)
+
+
+def test_the_middleware_page_lists_every_option() -> None:
+    options = section((DOCS / "middleware.md").read_text(encoding="utf-8"), "Options:")
+    listed = re.findall(r"^- `([a-z_]+)", options, flags=re.MULTILINE)
+    parameters = [
+        name for name in inspect.signature(MMObsMiddleware.__init__).parameters if name not in ("self", "app")
+    ]
+    assert sorted(listed) == sorted(parameters)

@@ -1,0 +1,118 @@
+"""Idle and slow clients must not starve ``mmobs serve`` (issue #11): header and body deadlines, a cap that evicts.
+
+Before :mod:`mmobs.service.http_guard`, 1,024 sockets that never sent a byte made
+uvicorn answer 503 to every request (its ``limit_concurrency`` counted them)
+for as long as they stayed open, and those 503s reached no metric.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support import ServiceProcess, data_url, golden, metric_value
+
+FLOOD = 1024
+DEADLINE = 2.0
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[ServiceProcess]:
+    process = ServiceProcess(tmp_path, "--header-timeout", str(DEADLINE), "--body-timeout", str(DEADLINE),
+                             "--decode-workers", "1")  # fmt: skip
+    yield process
+    process.stop()
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server has closed ``sock`` (readable with nothing, or reset); never blocks."""
+    try:
+        return sock.recv(65536, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def probe(service: ServiceProcess, count: int) -> list[float]:
+    """``count`` /healthz requests, each on a new connection; their latencies."""
+    latencies = []
+    for _ in range(count):
+        started = time.perf_counter()
+        response = httpx.get(service.url + "/healthz", timeout=10)
+        latencies.append(time.perf_counter() - started)
+        assert response.status_code == 200, response.text
+    return latencies
+
+
+def wait_until(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_healthz_answers_during_an_idle_connection_flood(service: ServiceProcess) -> None:
+    port = service.port
+    flood = [socket.create_connection(("127.0.0.1", port)) for _ in range(FLOOD)]
+    drip = socket.create_connection(("127.0.0.1", port))
+    try:
+        drip.sendall(b"GET /heal")  # a request line that never ends
+        latencies = probe(service, 20)
+        assert max(latencies) < DEADLINE / 2, latencies  # answered at once, not when the idle sockets expired
+        still_open = sum(not closed_by_server(s) for s in flood)
+        assert still_open >= FLOOD - 20, still_open  # the flood was there while /healthz answered
+        # Each idle socket is closed at its header deadline; the half-sent request gets a 408.
+        assert wait_until(lambda: all(closed_by_server(s) for s in flood), DEADLINE + 3)
+        drip.settimeout(3)
+        answer = drip.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408 ") and answer.endswith(b'"code":"timeout"}}'), answer
+        assert drip.recv(4096) == b""  # and closed
+        # Nothing from the connection layer is a 5xx (and /healthz itself stays out of the request metrics).
+        assert metric_value(service.metrics(), "mmobs_http_requests_total", {"status_class": "5xx"}) == 0
+    finally:
+        for sock in [*flood, drip]:
+            sock.close()
+
+
+def test_healthz_and_hashing_answer_during_a_slow_body_flood(service: ServiceProcess) -> None:
+    port = service.port
+    head = (b"POST /v1/hash HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100000\r\n\r\n{\"images\": [\"data:")  # fmt: skip
+    slow = []
+    for _ in range(300):
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(head)
+        slow.append(sock)
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(FLOOD - 300)]
+    try:
+        for sock in slow[:50]:  # some keep dripping: a byte now and then never resets the deadline
+            sock.sendall(b"A")
+        assert max(probe(service, 10)) < DEADLINE / 2
+        response = httpx.post(
+            service.url + "/v1/hash", json={"images": [data_url(golden.input_bytes("photo.jpg"))]}, timeout=10
+        )
+        assert response.status_code == 200, response.text
+        assert wait_until(lambda: all(closed_by_server(s) for s in slow), DEADLINE + 3)
+        # The uploads the deadline cut short are the clients' fault, counted as such; nothing is a 5xx.
+        assert wait_until(
+            lambda: (
+                metric_value(
+                    service.metrics(), "mmobs_http_requests_total", {"route": "/v1/hash", "status_class": "4xx"}
+                )
+                >= 290
+            ),
+            3,
+        )
+        text = service.metrics()
+        assert metric_value(text, "mmobs_http_requests_total", {"status_class": "5xx"}) == 0
+    finally:
+        for sock in [*slow, *idle]:
+            sock.close()

