@@ -1,10 +1,12 @@
 """The observability layer: turns hashing events into metrics, logs and drift checks.
 
 :class:`Instrumentation` is a :class:`~mmobs.events.HashObserver`. Importing
-``mmobs`` installs one bound to prometheus_client's global registry and to
-``structlog.get_logger("mmobs")``, so a library user gets counters and log
-events with no set-up. :func:`install` replaces it (another registry, no drift
-tracking, a log rate limit); ``mmobs.set_observer(None)`` turns reporting off.
+``mmobs`` installs nothing: it registers :func:`default_instrumentation` as the
+seam's default factory, and the first event installs one observer bound to
+prometheus_client's global registry and to ``structlog.get_logger("mmobs")``,
+so a library user gets counters and log events with no set-up.
+:func:`install` replaces it (another registry, no drift tracking, a log rate
+limit); ``mmobs.set_observer(None)`` turns reporting off.
 
 Every swallowed exception moves its counter. The log event for it can be rate
 limited per content digest (``log_interval_seconds``, off by default); the
