@@ -7,9 +7,11 @@ inputs do not depend on what Pillow's encoders are willing to write.
 
 from __future__ import annotations
 
+import base64
 import io
 import struct
 import zlib
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -134,3 +136,18 @@ def png_with_orientation(orientation: int, size: tuple[int, int] = (4, 2), seed:
     """A lossless PNG whose EXIF Orientation is ``orientation``, and its pixels as stored."""
     stored = noisy_image("RGB", size, seed)
     return encode(stored, "PNG", exif=exif_bytes({ORIENTATION_TAG: orientation})), stored
+
+
+def as_base64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def as_data_url(data: bytes, media_type: str = "image/png") -> str:
+    return f"data:{media_type};base64,{as_base64(data)}"
+
+
+def written(tmp_path: Path, data: bytes, name: str = "image.bin") -> Path:
+    """``data`` in a file of ``tmp_path``, for the loaders that read files."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
