@@ -104,7 +104,8 @@ class MultiModalHasher:
             sink.flush()
             nbytes = sink.nbytes
         key = digest.hexdigest()
-        observer.hashed(Hashed(algorithm, perf_counter() - started, nbytes))
+        if observer is not NULL_OBSERVER:  # reporting off: not even the event record
+            observer.hashed(Hashed(algorithm, perf_counter() - started, nbytes))
         return key
 
     @staticmethod
