@@ -46,7 +46,8 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 from PIL import Image  # noqa: E402
-from tests.vllm_server import MMOBS_FLAGS, VllmServer, make_model, server_venv  # noqa: E402
+
+from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, make_model, server_venv  # noqa: E402
 
 SMALL_CACHE = ("--limit-mm-per-prompt", '{"image": 4}', "--mm-processor-cache-gb", "0.0003")
 CONFIGS: dict[str, dict[str, str]] = {

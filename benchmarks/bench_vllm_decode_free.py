@@ -51,7 +51,8 @@ import numpy as np
 from _common import FULL, QUICK, Config
 from bench_vllm_server import WITH, WITHOUT, Target, load, running_targets, settings_for
 from PIL import Image
-from tests.vllm_server import server_venv
+
+from tests.support.vllm_server import server_venv
 
 #: Issue #28's targets: with/without API-server CPU, for all-cached requests and over a chat.
 CACHED_TARGET = 0.2

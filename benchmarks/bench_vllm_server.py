@@ -75,10 +75,9 @@ import numpy as np
 import openai
 from _common import FULL, QUICK, ROOT, Config
 from PIL import Image
-from tests.vllm_server import MMOBS_FLAGS, SERVE_FLAGS, VllmServer, make_model, series, server_venv
 
-from tests import golden
-from tests.support import data_url
+from tests.support import data_url, golden
+from tests.support.vllm_server import MMOBS_FLAGS, SERVE_FLAGS, VllmServer, make_model, series, server_venv
 
 #: mmobs's target: within noise, at most this ratio on p50 latency and on API-server CPU per request.
 TARGET = 1.02

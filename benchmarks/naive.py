@@ -16,7 +16,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.reference import ref_key
+from tests.support.reference import ref_key
 
 
 def naive_key(**kwargs: Any) -> str:

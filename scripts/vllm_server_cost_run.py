@@ -55,9 +55,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.vllm_server import MMOBS_FLAGS, VllmServer, make_model, server_venv  # noqa: E402
-
 from scripts.corpus.costly import full_size_inputs  # noqa: E402
+from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, make_model, server_venv  # noqa: E402
 
 MiB = 2**20
 SERVERS: dict[str, dict[str, str]] = {"guarded": {"MMOBS_VLLM_GUARD": "1"}, "unguarded": {}}

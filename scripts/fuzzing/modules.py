@@ -84,7 +84,8 @@ def load_modules(instrument: bool = False) -> None:
         from mmobs.observability.instrument import Instrumentation
         from mmobs.observability.metrics import exception_label
     import make_corpus
-    from tests.reference import FR, ref_item, ref_pixel_key, stream_key
+
+    from tests.support.reference import FR, ref_item, ref_pixel_key, stream_key
 
     M.FR, M.ref_item, M.ref_pixel_key, M.stream_key = FR, ref_item, ref_pixel_key, stream_key
     M.np, M.blake3, M.Image, M.CollectorRegistry = np, blake3, Image, CollectorRegistry
