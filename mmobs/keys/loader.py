@@ -280,7 +280,7 @@ def load_data_url(url: str, io: ImageMediaIO | None = None) -> MediaWithBytes[Im
     """Load a ``data:image/...;base64,...`` URL.
 
     Other schemes are refused as ``unsupported_url`` (fetching remote images
-    is the service's decision, see :mod:`mmobs.service.app`).
+    is the service's decision, see :mod:`mmobs.service.request_image`).
     """
     io = io or ImageMediaIO()
     with reporting_refusals:
