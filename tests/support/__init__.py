@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx
@@ -42,6 +44,19 @@ def require_vllm() -> None:
         if REQUIRE_VLLM:
             pytest.fail(f"{message}, and MMOBS_REQUIRE_VLLM=1 forbids skipping")
         pytest.skip(message)
+
+
+@contextlib.contextmanager
+def vllm_plugin_registered() -> Iterator[ModuleType]:
+    """mmobs's vLLM plugin registered afresh in this process for the block, then unregistered (vLLM restored)."""
+    from mmobs.vllm import plugin
+
+    plugin.unregister()
+    plugin.register()
+    try:
+        yield plugin
+    finally:
+        plugin.unregister()
 
 
 def free_port() -> int:

@@ -28,7 +28,7 @@ from mmobs.events import RecordingObserver, observing
 from mmobs.keys.hashing import IMAGE_ID_TAG
 from mmobs.vllm.decode_skip import DecodedIndex, Record
 from mmobs.vllm.lazy_image import LazyImage
-from tests.support import golden, require_vllm
+from tests.support import golden, require_vllm, vllm_plugin_registered
 from tests.support.images import encode, jpeg_bytes, noisy_image, png_bytes, png_with_orientation
 
 MODEL = "tiny-model"
@@ -45,11 +45,9 @@ def vllm_parts(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[types.SimpleN
     from vllm.multimodal.inputs import MultiModalKwargsItem
     from vllm.multimodal.media.image import ImageMediaIO
 
-    from mmobs.vllm import decode_skip, plugin
+    from mmobs.vllm import decode_skip
 
-    plugin.unregister()
-    plugin.register()
-    try:
+    with vllm_plugin_registered() as plugin:
         skipper = decode_skip.active()
         assert skipper is not None, "the plugin planned no decode skipping"
         config = types.SimpleNamespace(get_multimodal_config=lambda: types.SimpleNamespace(mm_processor_cache_gb=0.001))
@@ -63,8 +61,6 @@ def vllm_parts(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[types.SimpleN
             skipper=skipper,
             plugin=plugin,
         )
-    finally:
-        plugin.unregister()
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from mmobs.events import observing
 from mmobs.vllm import front_end
 from mmobs.vllm.front_end_metrics import FrontEndMetrics, item_count_label
-from tests.support import require_vllm
+from tests.support import require_vllm, vllm_plugin_registered
 from tests.support.images import jpeg_bytes, png_bytes
 from tests.support.media_server import serving
 
@@ -40,11 +40,7 @@ def vllm() -> Iterator[types.SimpleNamespace]:
     from vllm.multimodal.parse import MultiModalDataParser
     from vllm.multimodal.processing.processor import BaseMultiModalProcessor
 
-    from mmobs.vllm import plugin
-
-    plugin.unregister()
-    plugin.register()
-    try:
+    with vllm_plugin_registered():
         assert hasattr(MediaConnector.load_from_url_async, "__wrapped__"), "the plugin did not time the front end"
         yield types.SimpleNamespace(
             connector=MediaConnector,
@@ -53,8 +49,6 @@ def vllm() -> Iterator[types.SimpleNamespace]:
             parser=MultiModalDataParser,
             processor=BaseMultiModalProcessor,
         )
-    finally:
-        plugin.unregister()
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from structlog.testing import capture_logs
 
 from mmobs.vllm.uuid_check import ENTRY_BYTES, UuidChecker, UuidConflictError, UuidIndex
 from mmobs.vllm.uuid_metrics import UuidCheckMetrics
-from tests.support import require_vllm
+from tests.support import require_vllm, vllm_plugin_registered
 from tests.support.images import jpeg_bytes, png_bytes
 
 MODEL = "tiny-model"
@@ -34,17 +34,11 @@ def vllm() -> Iterator[types.SimpleNamespace]:
     from vllm.multimodal.parse import MultiModalDataParser, parse_mm_uuids
     from vllm.multimodal.processing.inputs import ProcessorInputs
 
-    from mmobs.vllm import plugin
-
-    plugin.unregister()
-    plugin.register()
-    try:
+    with vllm_plugin_registered():
         assert hasattr(ProcessorInputs.get_mm_hashes, "__wrapped__"), "the plugin did not wrap get_mm_hashes"
         yield types.SimpleNamespace(
             inputs=ProcessorInputs, parser=MultiModalDataParser(), uuids=parse_mm_uuids, loader=ImageMediaIO
         )
-    finally:
-        plugin.unregister()
 
 
 @pytest.fixture
