@@ -28,12 +28,7 @@ _INPUT_PROCESSOR = "vllm.v1.engine.input_processor"
 
 
 def front_end_plan() -> Plan:
-    """The front end's stages timed (:mod:`mmobs.vllm.front_end`), in the API server only.
-
-    The loader's own stages (base64, decode) are timed by the loader hooks; these
-    are the downloads, the HF processor and the hand-off to the engine. Planned
-    apart: a vLLM shaped otherwise gets one warning and keeps the rest of the plugin.
-    """
+    """The stage timers' plan: in the API server only, and empty (after one warning) where vLLM is shaped otherwise."""
     from mmobs.vllm import cache_hooks
 
     if not cache_hooks.api_server_process():
