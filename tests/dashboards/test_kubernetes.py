@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 import mmobs.vllm
+from dashboards.mixin import MixinConfig
 from tests.support import require_binary
 from tests.support.dashboard_lint import lint_dashboard
 
@@ -150,7 +151,9 @@ def test_the_monitors_set_jobs_the_mixins_selector_reads(built: list[dict[str, A
         (endpoint,) = monitor["spec"][endpoints]
         assert endpoint["path"] == "/metrics" and endpoint["port"] == "http"
         assert endpoint["relabelings"] == [{"targetLabel": "job", "replacement": job}]
-        assert job.startswith("mmobs")  # the default selector: job=~"mmobs.*"
+        # The job it sets is one the rules' default selector (job=~"...") matches.
+        (pattern,) = re.fullmatch(r'job=~"(.*)"', MixinConfig().selector).groups()  # type: ignore[union-attr]
+        assert re.fullmatch(pattern, job), (job, pattern)
 
 
 def test_every_object_validates_against_its_schema(built: list[dict[str, Any]]) -> None:
