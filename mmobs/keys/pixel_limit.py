@@ -19,8 +19,17 @@ from a ``contextvars.ContextVar``:
   are held to mmobs's limit, and a size above it raises
   :class:`PixelLimitExceeded` (a ``DecompressionBombError``) carrying mmobs's
   message; Pillow never warns;
-* everywhere else (other threads, other tasks, other code) the wrapper calls
-  Pillow's original check unchanged.
+* everywhere else (other threads, other tasks, other code) the wrapper hands
+  its arguments, whatever they are, to the check it replaced, and returns what
+  that returns: Pillow behaves exactly as it would without mmobs.
+
+The wrapper passes the arguments through rather than naming them because the
+check's signature is Pillow's to change: Pillow 13.0 added a keyword-only
+``error_only``, and Pillow calls the check from every plugin's ``open`` and
+swallows a ``TypeError`` there, so a wrapper that passed that keyword to an
+older Pillow made every ``Image.open`` in the process fail as "cannot identify
+image file". ``tests/keys/test_pillow_versions.py`` holds this on each Pillow
+of the declared range.
 
 A context variable is per thread and per asyncio task, so concurrent loaders
 with different limits never see each other's.
@@ -28,9 +37,11 @@ with different limits never see each other's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 from PIL import Image
 
@@ -39,6 +50,7 @@ from mmobs.keys.guard._common import pixel_limit_error
 __all__ = ["PixelLimitExceeded", "install", "pixel_limit"]
 
 _LIMIT: ContextVar[int | None] = ContextVar("mmobs_pixel_limit", default=None)
+_MARK = "__mmobs_pixel_limit__"
 
 
 class PixelLimitExceeded(Image.DecompressionBombError):
@@ -50,27 +62,28 @@ class PixelLimitExceeded(Image.DecompressionBombError):
         super().__init__(pixel_limit_error(size[0], size[1], limit).message)
 
 
-def _check(size: tuple[int, int], *, error_only: bool = False) -> None:
-    limit = _LIMIT.get()
-    if limit is None:
-        _pillow_check(size, error_only=error_only)
-        return
-    width, height = max(1, size[0]), max(1, size[1])
-    if width * height > limit:
-        raise PixelLimitExceeded((width, height), limit)
+def _limited(pillow_check: Callable[..., Any]) -> Callable[..., Any]:
+    """Pillow's ``pillow_check``, except inside :func:`pixel_limit`, where the context's limit applies."""
 
+    @functools.wraps(pillow_check)
+    def check(size: tuple[int, int], *args: Any, **kwargs: Any) -> Any:
+        limit = _LIMIT.get()
+        if limit is None:
+            return pillow_check(size, *args, **kwargs)
+        width, height = max(1, size[0]), max(1, size[1])
+        if width * height > limit:
+            raise PixelLimitExceeded((width, height), limit)
+        return None
 
-_check.__mmobs_pixel_limit__ = True  # type: ignore[attr-defined]
-_pillow_check = Image._decompression_bomb_check
+    setattr(check, _MARK, True)
+    return check
 
 
 def install() -> None:
     """Put the wrapper in place of Pillow's check (idempotent)."""
-    global _pillow_check
     current = Image._decompression_bomb_check
-    if not getattr(current, "__mmobs_pixel_limit__", False):
-        _pillow_check = current
-        Image._decompression_bomb_check = _check
+    if not getattr(current, _MARK, False):
+        Image._decompression_bomb_check = _limited(current)
 
 
 @contextmanager
