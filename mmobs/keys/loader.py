@@ -67,10 +67,12 @@ __all__ = [
 #: 50 megapixels: above any camera a client sends, far below a pixel bomb.
 DEFAULT_MAX_PIXELS = 50_000_000
 
-_ALL_MODES: frozenset[str] = frozenset(getattr(Image, "MODES", ())) or frozenset(
-    ("1", "CMYK", "F", "HSV", "I", "I;16", "I;16B", "I;16L", "I;16N", "L", "LA", "La",
-     "LAB", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "YCbCr")
-)  # fmt: skip
+#: Every mode a Pillow image can be in. Pillow 13 lists them all in ``Image.MODES``; Pillow 10.1 lists only
+#: the base modes there, so the others are named too, or ``image_mode="LA"`` would be refused on one Pillow
+#: and accepted on another.
+_ALL_MODES: frozenset[str] = frozenset(Image.MODES) | frozenset(
+    ("I;16", "I;16B", "I;16L", "I;16N", "LA", "La", "PA", "RGBa")
+)
 
 
 def has_transparency(image: Image.Image) -> bool:
@@ -308,8 +310,8 @@ def _validate_formats(formats: Sequence[str] | None) -> tuple[str, ...] | None:
     if formats is None:
         return None
     Image.init()
-    if formats is DEFAULT_FORMATS:
-        return tuple(f for f in formats if f in Image.OPEN)
+    if tuple(formats) == DEFAULT_FORMATS:  # equal, not only the same object: a worker's config is a copy
+        return tuple(f for f in formats if f in Image.OPEN)  # AVIF where this Pillow has it (11.3 on)
     if isinstance(formats, str) or not all(isinstance(f, str) for f in formats):
         raise InvalidOptionError("formats", f"formats must be a sequence of Pillow format names, not {formats!r}")
     unknown = [f for f in formats if f.upper() not in Image.OPEN]

@@ -37,7 +37,7 @@ class MediaWithBytes(Generic[_T]):
             raise AttributeError(name)
         return getattr(self.media, name)
 
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
         return np.asarray(self.media, dtype=dtype)
 
 

@@ -120,7 +120,7 @@ class Writer:
 
     # -- arrays ---------------------------------------------------------------
 
-    def ndarray(self, array: np.ndarray) -> None:
+    def ndarray(self, array: np.ndarray[Any, Any]) -> None:
         data: object
         if array.ndim == 0:
             data = array.item()  # any dtype, objects included: the item is keyed as a value

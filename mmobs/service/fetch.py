@@ -225,7 +225,8 @@ class RemoteFetcher:
             ],
         )
         try:
-            writer.write(connection.send(request) + connection.send(h11.EndOfMessage()))
+            # h11 before 0.16 annotates send() as Optional[bytes]: it is None only for ConnectionClosed.
+            writer.write((connection.send(request) or b"") + (connection.send(h11.EndOfMessage()) or b""))
             await writer.drain()
             chunks: list[bytes] = []
             size = 0

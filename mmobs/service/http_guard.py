@@ -33,7 +33,8 @@ at most every 10 seconds, as one ``connections_shed`` event with counts.
 
 The settings come from the service configuration (``MMOBS_SERVICE_CONFIG``,
 set by ``mmobs serve`` for every worker); use it with
-``uvicorn.run(..., http="mmobs.service.http_guard:GuardedH11Protocol", ws="none")``.
+``uvicorn.run(..., http=GuardedH11Protocol, ws="none")`` (the class: uvicorn 0.30 resolves
+a string only if it names one of its own protocols).
 """
 
 from __future__ import annotations

@@ -99,6 +99,8 @@ class ServeOptions:
 
     def uvicorn_options(self) -> dict[str, Any]:
         """``uvicorn.run``'s keyword arguments, but the application and the worker count."""
+        from mmobs.service.http_guard import GuardedH11Protocol  # imports uvicorn: only where it serves
+
         return {
             "host": self.host,
             "port": self.port,
@@ -109,7 +111,8 @@ class ServeOptions:
             "log_config": None,
             # Header and body deadlines and a connection cap that evicts idle connections
             # (mmobs.service.http_guard) instead of uvicorn's limit_concurrency, whose 503s idle sockets trigger.
-            "http": "mmobs.service.http_guard:GuardedH11Protocol",
+            # The class itself: uvicorn 0.30 (the declared floor) takes a string only if it names one of its own protocols.
+            "http": GuardedH11Protocol,
             "ws": "none",
             "limit_concurrency": None,
             "h11_max_incomplete_event_size": _MAX_INCOMPLETE_EVENT_BYTES,

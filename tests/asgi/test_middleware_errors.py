@@ -169,11 +169,18 @@ def test_bad_image_after_response_started_plain(registry: CollectorRegistry) -> 
 def test_bad_image_after_response_started_test_client(
     registry: CollectorRegistry, app_state: tuple[Starlette, AppState]
 ) -> None:
-    with pytest.raises(mmobs.BadImageError):
+    with pytest.raises(Exception) as raised:
         TestClient(app_state[0]).get("/late-bad")
+    error = raised.value
+    # Starlette's TestClient before 1.10 raises it from StreamingResponse's task group, the group's one exception.
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    assert isinstance(error, mmobs.BadImageError)
 
     response = TestClient(app_state[0], raise_server_exceptions=False).get("/late-bad")
-    assert (response.status_code, response.content) == (200, b"first;")
+    # The status already sent stands (no 400 after the start); that TestClient also drops the partial body.
+    assert response.status_code == 200
+    assert response.content in (b"first;", b"")
 
 
 # -- Pillow's own errors -------------------------------------------------------

@@ -37,9 +37,16 @@ def _reading(data: bytes, formats: tuple[str, ...] | None) -> tuple[Any, ...]:
     return (type(image), image.format, image.mode, image.size)
 
 
+def _whole_order() -> tuple[str, ...]:
+    """vLLM's formats that this Pillow has: Pillow 10.1 has no AVIF, and ``Image.open`` raises ``KeyError``
+    for a format it was given and does not have (once every other has refused the file)."""
+    Image.init()
+    return tuple(name for name in VLLM_FORMATS if name in Image.OPEN)
+
+
 def _same_reading(data: bytes) -> None:
     for allowed in (DEFAULT_FORMATS, ALL_ALLOWED):
-        assert _reading(data, identification_order(allowed, data)) == _reading(data, VLLM_FORMATS), allowed
+        assert _reading(data, identification_order(allowed, data)) == _reading(data, _whole_order()), allowed
 
 
 def test_every_left_out_plugin_is_registered_as_read() -> None:
