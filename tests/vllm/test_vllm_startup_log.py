@@ -9,8 +9,10 @@ shaped as vLLM's before and after configuration, and a stand-in for its
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
+import sys
 import types
 from collections.abc import Iterator
 
@@ -19,9 +21,14 @@ import pytest
 from mmobs.vllm import startup_log
 
 
-@pytest.fixture
-def unconfigured_vllm(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[types.ModuleType, io.StringIO]]:
-    """``vllm`` with no handler yet (as in the API server at plugin load), and a ``configure_logging`` that adds one."""
+@contextlib.contextmanager
+def unconfigured_vllm() -> Iterator[tuple[types.ModuleType, io.StringIO]]:
+    """``vllm`` with no handler yet (as in the API server at plugin load), and a ``configure_logging`` that adds one.
+
+    Entered inside the test's body, not in a fixture: pytest (9.2 on) gives its capture handlers to every
+    logger that does not propagate when a test phase starts, so a ``vllm`` logger made non-propagating in
+    setup would have handlers again by the time the test runs.
+    """
     vllm = logging.getLogger("vllm")
     saved = (vllm.handlers[:], vllm.propagate, vllm.level)
     vllm.handlers, vllm.propagate = [], False
@@ -39,37 +46,40 @@ def unconfigured_vllm(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[types.M
 
     module.configure_logging = configure_logging  # type: ignore[attr-defined]
     module.calls = calls  # type: ignore[attr-defined]
-    monkeypatch.setitem(__import__("sys").modules, "vllm.logger", module)
+    saved_module = sys.modules.get("vllm.logger")
+    sys.modules["vllm.logger"] = module
     try:
         yield module, stream
     finally:
         vllm.handlers, vllm.propagate, vllm.level = saved
+        if saved_module is None:
+            sys.modules.pop("vllm.logger", None)
+        else:
+            sys.modules["vllm.logger"] = saved_module
 
 
-def test_a_line_said_before_vllm_configures_logging_waits_for_it(
-    unconfigured_vllm: tuple[types.ModuleType, io.StringIO],
-) -> None:
-    module, stream = unconfigured_vllm
-    original = module.configure_logging
-    startup_log.say(logging.INFO, "mmobs (API server): counting %s", "vLLM")
-    startup_log.say(logging.WARNING, "mmobs: declined")
-    assert stream.getvalue() == ""
-    assert module.configure_logging("config") == "configured"  # vLLM's function runs and answers as before
-    assert module.calls == ["config"]
-    assert stream.getvalue().splitlines() == [
-        "INFO [startup_log.py] mmobs (API server): counting vLLM",
-        "WARNING [startup_log.py] mmobs: declined",
-    ]
-    assert module.configure_logging is original  # put back after its one call
-    startup_log.say(logging.INFO, "later")  # configured now: at once, naming the caller's line
-    assert stream.getvalue().splitlines()[-1] == "INFO [test_vllm_startup_log.py] later"
+def test_a_line_said_before_vllm_configures_logging_waits_for_it() -> None:
+    with unconfigured_vllm() as (module, stream):
+        original = module.configure_logging
+        startup_log.say(logging.INFO, "mmobs (API server): counting %s", "vLLM")
+        startup_log.say(logging.WARNING, "mmobs: declined")
+        assert stream.getvalue() == ""
+        assert module.configure_logging("config") == "configured"  # vLLM's function runs and answers as before
+        assert module.calls == ["config"]
+        assert stream.getvalue().splitlines() == [
+            "INFO [startup_log.py] mmobs (API server): counting vLLM",
+            "WARNING [startup_log.py] mmobs: declined",
+        ]
+        assert module.configure_logging is original  # put back after its one call
+        startup_log.say(logging.INFO, "later")  # configured now: at once, naming the caller's line
+        assert stream.getvalue().splitlines()[-1] == "INFO [test_vllm_startup_log.py] later"
 
 
 def test_without_vllms_configure_logging_a_line_is_not_held_back(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Another host (no ``vllm.logger``): nothing will configure the tree later, so the line goes out now."""
-    monkeypatch.delitem(__import__("sys").modules, "vllm.logger", raising=False)
+    monkeypatch.delitem(sys.modules, "vllm.logger", raising=False)
     vllm = logging.getLogger("vllm")
     saved = (vllm.handlers[:], vllm.propagate)
     vllm.handlers, vllm.propagate = [], False
@@ -80,12 +90,12 @@ def test_without_vllms_configure_logging_a_line_is_not_held_back(
     assert capsys.readouterr().err == "mmobs: now\n"  # logging's last resort, as for any unconfigured logger
 
 
-def test_no_more_than_max_pending_lines_are_held(unconfigured_vllm: tuple[types.ModuleType, io.StringIO]) -> None:
-    module, stream = unconfigured_vllm
-    for n in range(startup_log.MAX_PENDING + 10):
-        startup_log.say(logging.INFO, "line %d", n)
-    module.configure_logging()
-    assert len(stream.getvalue().splitlines()) == startup_log.MAX_PENDING
+def test_no_more_than_max_pending_lines_are_held() -> None:
+    with unconfigured_vllm() as (module, stream):
+        for n in range(startup_log.MAX_PENDING + 10):
+            startup_log.say(logging.INFO, "line %d", n)
+        module.configure_logging()
+        assert len(stream.getvalue().splitlines()) == startup_log.MAX_PENDING
 
 
 def test_a_size_switch_that_is_no_whole_number_is_its_default_and_one_warning(
