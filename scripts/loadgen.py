@@ -57,6 +57,8 @@ class LoadResult:
     refused_answered: int = 0
     statuses: Counter[int] = field(default_factory=Counter)
     transport_errors: int = 0
+    #: What the transport errors were (type, message and seconds into the request), the first few of them.
+    transport_error_details: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -72,6 +74,7 @@ class LoadResult:
             "refused_answered": self.refused_answered,
             "statuses": dict(sorted(self.statuses.items())),
             "transport_errors": self.transport_errors,
+            "transport_error_details": self.transport_error_details,
             "seconds": round(self.seconds, 2),
             "requests_per_second": round(self.sent / self.seconds, 1) if self.seconds else None,
         }
@@ -106,12 +109,18 @@ async def run_load(
             result.sent += 1
             result.fallback_sent += carries_fallback
             result.refused_sent += refused
+            sent_at = time.perf_counter()
             try:
                 response = await client.post(
                     url + "/v1/hash", json={"images": images}, headers={"x-request-id": f"load-{index}"}
                 )
-            except httpx.TransportError:
+            except httpx.TransportError as error:
                 result.transport_errors += 1
+                if len(result.transport_error_details) < 10:
+                    waited = time.perf_counter() - sent_at
+                    result.transport_error_details.append(
+                        f"load-{index}: {type(error).__name__}: {str(error)[:200]!r} after {waited:.2f} s"
+                    )
                 continue
             result.statuses[response.status_code] += 1
             if response.status_code == 200 and response.json()["items"][0]["exif_fallback"]:

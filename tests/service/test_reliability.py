@@ -61,12 +61,19 @@ def tree_rss(process: ServiceProcess) -> int:
     return total
 
 
+def _connection_lines(process: ServiceProcess) -> list[str]:
+    """The server's lines about shed connections and replaced workers (uvicorn kills one that misses a health check)."""
+    words = ("connections_shed", "died", "not responding", "Terminated", "timeout")
+    return [line[:300] for line in process.logs().splitlines() if any(word in line for word in words)][-20:]
+
+
 def test_load_with_exact_accounting_and_flat_memory(two_workers: ServiceProcess):
     """32 concurrent clients, a known share of malformed EXIF: no 5xx, exact counts, flat RSS.
 
     Every 10th request of the main load carries the regression JPEG and then a non-image: it is
     refused (400), and its fallback, which happened, is counted (the README's rule).
     """
+    workers = set(worker_pids(two_workers))
     warm = asyncio.run(run_load(two_workers.url, requests=300, concurrency=32, fallback_every=4))
     rss_after_warmup = tree_rss(two_workers)
     bad_before = metric_value(two_workers.metrics(), "mmobs_bad_images_total")
@@ -74,7 +81,8 @@ def test_load_with_exact_accounting_and_flat_memory(two_workers: ServiceProcess)
     rss_at_end = tree_rss(two_workers)
 
     for result in (warm, main):
-        assert result.transport_errors == 0
+        # A transport error names itself, and whatever the server said of its connections and workers then.
+        assert result.transport_errors == 0, (result.transport_error_details, _connection_lines(two_workers))
         assert result.server_errors == 0
         expected = {200: result.sent - result.refused_sent, 400: result.refused_sent}
         assert result.statuses == (expected if result.refused_sent else {200: result.sent})
@@ -87,6 +95,7 @@ def test_load_with_exact_accounting_and_flat_memory(two_workers: ServiceProcess)
     assert metric_value(text, "mmobs_http_exif_fallback_requests_total") == sent_fallbacks
     assert metric_value(text, "mmobs_bad_images_total") - bad_before == main.refused_sent
     assert metric_value(text, "mmobs_http_requests_total", {"route": "/v1/hash", "status_class": "2xx"}) == 1500 - 120
+    assert set(worker_pids(two_workers)) == workers, _connection_lines(two_workers)  # no worker restarted
     # Flat: well under a megabyte of growth per thousand requests per process (2 workers, 4 decode workers).
     growth = rss_at_end - rss_after_warmup
     assert growth < 12 * 1024 * 1024, f"RSS grew by {growth / 1e6:.1f} MB over 1200 requests"
