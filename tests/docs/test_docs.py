@@ -60,13 +60,14 @@ def test_the_readme_is_a_landing_page() -> None:
 def test_the_readme_gives_the_two_commands() -> None:
     text = README.read_text(encoding="utf-8")
     assert "python3 -m pip install -e '.[serve]' && mmobs serve --port 8000" in text
-    assert "python3 -m pip install -q -e '.[test]' && python3 -m pytest" in text
-    assert (
-        (ROOT / ".ci" / "run")
-        .read_text()
-        .rstrip()
-        .endswith("python3 -m pip install -q -e '.[test]' && python3 -m pytest")
-    )
+    fresh_venv, install, run = "python3 -m venv", "python -m pip install -q -e '.[test]'", "python -m pytest"
+    assert f"{fresh_venv} .venv && . .venv/bin/activate && {install} && {run}" in text
+    # CI runs the same steps, in virtual environments it makes anew: the newest releases, then the floors.
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(rf"^{re.escape(fresh_venv)} \"\$CI_DIR/newest\"$", ci, re.MULTILINE)
+    assert re.search(rf"^{re.escape(install)}$", ci, re.MULTILINE)
+    assert "--resolution lowest-direct -e '.[test]'" in ci
+    assert len(re.findall(rf"^\s*{re.escape(run)}\b", ci, re.MULTILINE)) == 2
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
