@@ -67,12 +67,8 @@ __all__ = [
 #: 50 megapixels: above any camera a client sends, far below a pixel bomb.
 DEFAULT_MAX_PIXELS = 50_000_000
 
-#: Every mode a Pillow image can be in. Pillow 13 lists them all in ``Image.MODES``; Pillow 10.1 lists only
-#: the base modes there, so the others are named too, or ``image_mode="LA"`` would be refused on one Pillow
-#: and accepted on another.
-_ALL_MODES: frozenset[str] = frozenset(Image.MODES) | frozenset(
-    ("I;16", "I;16B", "I;16L", "I;16N", "LA", "La", "PA", "RGBa")
-)
+#: Every mode a Pillow image can be in (from Pillow 11 on, ``Image.MODES`` lists them all).
+_ALL_MODES: frozenset[str] = frozenset(Image.MODES)
 
 
 def has_transparency(image: Image.Image) -> bool:
@@ -311,7 +307,7 @@ def _validate_formats(formats: Sequence[str] | None) -> tuple[str, ...] | None:
         return None
     Image.init()
     if tuple(formats) == DEFAULT_FORMATS:  # equal, not only the same object: a worker's config is a copy
-        return tuple(f for f in formats if f in Image.OPEN)  # AVIF where this Pillow has it (11.3 on)
+        return tuple(f for f in formats if f in Image.OPEN)  # AVIF where this Pillow build has it
     if isinstance(formats, str) or not all(isinstance(f, str) for f in formats):
         raise InvalidOptionError("formats", f"formats must be a sequence of Pillow format names, not {formats!r}")
     unknown = [f for f in formats if f.upper() not in Image.OPEN]

@@ -28,8 +28,8 @@ check's signature is Pillow's to change: Pillow 13.0 added a keyword-only
 ``error_only``, and Pillow calls the check from every plugin's ``open`` and
 swallows a ``TypeError`` there, so a wrapper that passed that keyword to an
 older Pillow made every ``Image.open`` in the process fail as "cannot identify
-image file". ``tests/keys/test_pillow_versions.py`` holds this on each Pillow
-of the declared range.
+image file". ``tests/keys/test_pillow_isolation.py`` holds this, and
+``tests/keys/test_pillow_range.py`` runs it under each Pillow of the declared range.
 
 A context variable is per thread and per asyncio task, so concurrent loaders
 with different limits never see each other's.

@@ -225,7 +225,7 @@ class RemoteFetcher:
             ],
         )
         try:
-            # h11 before 0.16 annotates send() as Optional[bytes]: it is None only for ConnectionClosed.
+            # h11 0.14 annotates send() as Optional[bytes]: it is None only for ConnectionClosed.
             writer.write((connection.send(request) or b"") + (connection.send(h11.EndOfMessage()) or b""))
             await writer.drain()
             chunks: list[bytes] = []

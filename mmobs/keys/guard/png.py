@@ -130,9 +130,8 @@ def idat_run(data: bytes, pos: int) -> int:
     ahead = (len(data) - pos) // stride
     if ahead < _RUN_MIN:
         return 0
-    headers: np.ndarray[Any, np.dtype[np.uint64]] = np.ndarray(
-        (ahead,), np.uint64, data, pos, (stride,)
-    )  # each chunk's 8 header bytes, no copy
+    # Each chunk's 8 header bytes, no copy.
+    headers: np.ndarray[Any, np.dtype[np.uint64]] = np.ndarray((ahead,), np.uint64, data, pos, (stride,))
     differs = headers != headers[0]
     return ahead if not differs.any() else int(differs.argmax())
 
