@@ -9,8 +9,8 @@ canaries, the pixel limit and decode budgets, identification, and Pillow left as
 reached the release skips with the reason; ``MMOBS_REQUIRE_PILLOW_RANGE=1`` (set by ``.ci/run``) makes that
 a failure.
 
-Below the floor (Pillow 10.1.0, what vLLM images built before Pillow 11 carry, where mmobs is installed
-``--no-deps``) no key is claimed, but loading mmobs must still leave Pillow as it was: there only
+Below the floor (Pillow 10.1.0: a process that got mmobs with ``pip install --no-deps`` may still have an
+older Pillow) no key is claimed, but loading mmobs must still leave Pillow as it was: there only
 ``test_pillow_isolation.py`` runs.
 """
 
