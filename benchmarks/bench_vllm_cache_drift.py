@@ -128,7 +128,7 @@ def part_one(venv: Path, model: Path, directory: Path, runs: int, only: str | No
             continue
         server = VllmServer(venv, model, directory / name.replace(" ", "-"), args=[*MMOBS_FLAGS, *SMALL_CACHE], env=env)
         try:
-            server.wait_until(lambda s=server: "warmup completed" in s.logs(), 60, "warm")
+            server.wait_for_warm_up()
             entry: dict[str, Any] = {"three steps": three_steps(server), "runs": []}
             for run in range(runs + 1):
                 before = counters(server)
@@ -157,7 +157,7 @@ def part_two(venv: Path, model: Path, directory: Path, requests: int) -> dict[st
     }
     try:
         for server in servers.values():
-            server.wait_until(lambda s=server: "warmup completed" in s.logs(), 60, "warm")
+            server.wait_for_warm_up()
         urls = [png(112, 5000 + i) for i in range(requests // 2)]
         order = [urls[i // 2] if i % 2 else urls[random.Random(i).randrange(len(urls))] for i in range(requests)]
         latencies: dict[str, list[float]] = {name: [] for name in servers}

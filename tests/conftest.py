@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from mmobs.events import RecordingObserver, observing
+from tests.support.vllm_pool import ServerContext, ServerPool, kinds_in_order_of_use, vllm_server_fixture
+from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, server_venv, write_json_logging_config
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -62,8 +64,16 @@ def silent_observer() -> Iterator[None]:
 
 
 # =============================================================================
-# A real vLLM server (test_vllm_server.py, test_prometheus.py): started once per session
+# Real vLLM servers (tests/vllm, test_prometheus.py, test_vllm_docs.py): each kind started once per
+# session and booted before its tests ask for it (tests/support/vllm_pool.py)
 # =============================================================================
+
+_VLLM_KINDS = pytest.StashKey[list[str]]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    config.stash[_VLLM_KINDS] = kinds_in_order_of_use(items)
 
 
 @pytest.fixture(scope="session")
@@ -88,86 +98,92 @@ def vllm_media_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(
-    vllm_server_env: tuple[Any, Any], vllm_media_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
+def vllm_pool(
+    request: pytest.FixtureRequest,
+    vllm_server_env: tuple[Any, Any],
+    vllm_media_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ServerPool]:
+    """The session's servers, booted ahead in the order the collected tests first use them."""
+    venv, model = vllm_server_env
+    pool = ServerPool(ServerContext(venv, model, vllm_media_dir, tmp_path_factory), request.config.stash[_VLLM_KINDS])
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _vllm_servers_boot_from_the_first_test(request: pytest.FixtureRequest) -> None:
+    """Start booting with the session's first test, where its tests use a server and the environment is here.
+
+    Elsewhere nothing is started, and a server's own fixture skips (or fails) with the reason as before.
+    """
+    if request.config.stash.get(_VLLM_KINDS, []) and server_venv() is not None:
+        request.getfixturevalue("vllm_pool")
+
+
+# The kinds the whole suite shares; the drift and decode-free modules declare their own.
+
+
+@vllm_server_fixture()
+def vllm_server(context: ServerContext) -> VllmServer:
     """``vllm serve`` with mmobs's plugin and preset, the guard on, vLLM's request log and file URLs allowed.
 
     ``server.initial`` holds the mmobs samples read right after start-up, before any request;
     ``server.media_dir`` is the ``--allowed-local-media-path`` its file URLs may read.
     """
-    from tests.support.vllm_server import MMOBS_FLAGS, VllmServer
-
-    venv, model = vllm_server_env
     server = VllmServer(
-        venv,
-        model,
-        vllm_media_dir.parent,
-        args=[*MMOBS_FLAGS, "--enable-log-requests", "--allowed-local-media-path", str(vllm_media_dir)],
+        context.venv,
+        context.model,
+        context.media_dir.parent,
+        args=[*MMOBS_FLAGS, "--enable-log-requests", "--allowed-local-media-path", str(context.media_dir)],
         env={"MMOBS_VLLM_GUARD": "1"},
     )
-    server.media_dir = vllm_media_dir
-    try:
-        server.wait_until(lambda: "warmup completed" in server.logs(), 60, "done with its multimodal warm-up")
-        server.initial = server.samples()
-        yield server
-    finally:
-        server.stop()
+    server.media_dir = context.media_dir
+    server.wait_for_warm_up()
+    server.initial = server.samples()
+    return server
 
 
-@pytest.fixture(scope="session")
-def vllm_servers_json(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+@vllm_server_fixture()
+def vllm_servers_json(context: ServerContext) -> VllmServer:
     """``vllm serve --api-server-count 2`` with mmobs, the guard on, and a JSON logging config."""
-    from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, write_json_logging_config
-
-    venv, model = vllm_server_env
-    directory = tmp_path_factory.mktemp("vllm-servers-json")
-    config = write_json_logging_config(venv, directory)
+    directory = context.directory("vllm-servers-json")
+    config = write_json_logging_config(context.venv, directory)
     server = VllmServer(
-        venv,
-        model,
+        context.venv,
+        context.model,
         directory,
         args=[*MMOBS_FLAGS, "--api-server-count", "2", "--enable-log-requests"],
         env={"MMOBS_VLLM_GUARD": "1", "VLLM_LOGGING_CONFIG_PATH": str(config)},
         name="vllm serve --api-server-count 2",
         timeout=360,
     )
-    try:
-        server.wait_until(lambda: server.logs().count("warmup completed") == 2, 60, "done with both warm-ups")
-        server.initial = server.samples()
-        yield server
-    finally:
-        server.stop()
+    server.wait_for_warm_up(api_servers=2)
+    server.initial = server.samples()
+    return server
 
 
-@pytest.fixture(scope="session")
-def vllm_scale_out(
-    vllm_server_env: tuple[Any, Any], vllm_media_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
+@vllm_server_fixture()
+def vllm_scale_out(context: ServerContext) -> VllmServer:
     """vLLM alone (``MMOBS_VLLM_PLUGIN=0``) behind the preset, ``--enable-scale-out`` (its render endpoint) and
     ``--trust-request-mm-kwargs`` (request-level processor kwargs, which vLLM scopes into the keys).
 
     The oracle of the render-key tests (its keys are vLLM's own hasher's) and the plugin-off state the
     docs describe (the preset counts HTTP requests only). Its file URLs read the shared server's directory.
     """
-    from tests.support.vllm_server import MMOBS_FLAGS, VllmServer
-
-    venv, model = vllm_server_env
-    server = VllmServer(
-        venv,
-        model,
-        tmp_path_factory.mktemp("vllm-scale-out"),
+    return VllmServer(
+        context.venv,
+        context.model,
+        context.directory("vllm-scale-out"),
         args=[
             *MMOBS_FLAGS,
             "--enable-scale-out",
             "--trust-request-mm-kwargs",
             "--allowed-local-media-path",
-            str(vllm_media_dir),
+            str(context.media_dir),
         ],
         env={"MMOBS_VLLM_PLUGIN": "0"},
         name="vllm serve --enable-scale-out (MMOBS_VLLM_PLUGIN=0)",
     )
-    try:
-        yield server
-    finally:
-        server.stop()

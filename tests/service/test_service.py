@@ -415,9 +415,16 @@ def test_metrics_token_and_openmetrics(tmp_path: Path):
 # -- two workers, exact sums ------------------------------------------------------------------------
 
 
+def _started_workers(process: ServiceProcess) -> set[int]:
+    events = process.log_events()
+    return {e["process"] for e in events if e.get("event") == "Application startup complete."}
+
+
 def test_two_workers_sum_fallbacks_exactly(tmp_path: Path):
     process = ServiceProcess(tmp_path, "--workers", "2")
     try:
+        # /healthz answers as soon as one worker is up; on a loaded machine the other can be seconds behind.
+        process.wait_until(lambda: len(_started_workers(process)) == 2, what="both workers started")
         sent = 40
         with httpx.Client(base_url=process.url, timeout=30) as http:
             for _ in range(sent):

@@ -149,6 +149,11 @@ class VllmServer(ManagedProcess):
             os.killpg(pid, signal.SIGKILL)
         _remove_orphaned_shared_memory(self.shm_before)
 
+    def wait_for_warm_up(self, api_servers: int = 1) -> None:
+        """Until each API server has logged the end of its multimodal warm-up (healthy comes before it)."""
+        what = "done with its multimodal warm-up" if api_servers == 1 else f"done with all {api_servers} warm-ups"
+        self.wait_until(lambda: self.logs().count("warmup completed") >= api_servers, 60, what)
+
     def metrics_text(self) -> str:
         response = httpx.get(self.url + "/metrics", timeout=10)
         response.raise_for_status()

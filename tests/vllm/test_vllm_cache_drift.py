@@ -30,7 +30,6 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ import httpx
 import pytest
 from PIL import Image
 
+from tests.support.vllm_pool import ServerContext, vllm_server_fixture
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series, write_json_logging_config
 from tests.vllm.test_vllm_server import mmobs_lines
 
@@ -62,45 +62,32 @@ _seed = iter(range(10_000, 1_000_000))
 
 
 def _start(
-    env: tuple[tuple[str, str], ...], directory: Path, name: str, server_env: tuple[Any, Any], *, json_log: bool = False
+    context: ServerContext, env: dict[str, str], directory: str, name: str, *, json_log: bool = False
 ) -> VllmServer:
-    venv, model = server_env
-    variables = dict(env)
+    server_directory = context.directory(directory)
     if json_log:
-        variables["VLLM_LOGGING_CONFIG_PATH"] = str(write_json_logging_config(venv, directory))
-    server = VllmServer(venv, model, directory, args=[*MMOBS_FLAGS, *SMALL_CACHE_FLAGS], env=variables, name=name)
-    server.wait_until(lambda: "warmup completed" in server.logs(), 60, "done with its multimodal warm-up")
+        env = {**env, "VLLM_LOGGING_CONFIG_PATH": str(write_json_logging_config(context.venv, server_directory))}
+    server = VllmServer(
+        context.venv, context.model, server_directory, args=[*MMOBS_FLAGS, *SMALL_CACHE_FLAGS], env=env, name=name
+    )
+    server.wait_for_warm_up()
     return server
 
 
-@pytest.fixture(scope="module")
-def healing_server(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+@vllm_server_fixture(scope="module")
+def healing_server(context: ServerContext) -> VllmServer:
     """Healing on, and vLLM's log in JSON (mmobs vllm-logging-config), so that the runbooks read both formats."""
-    server = _start(
-        (),
-        tmp_path_factory.mktemp("vllm-drift-heal"),
-        "vllm serve (small mm cache, json log)",
-        vllm_server_env,
-        json_log=True,
-    )
-    try:
-        yield server
-    finally:
-        server.stop()
+    return _start(context, {}, "vllm-drift-heal", "vllm serve (small mm cache, json log)", json_log=True)
 
 
-@pytest.fixture(scope="module")
-def counting_server(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    server = _start(
-        (("MMOBS_VLLM_MM_CACHE_HEAL", "0"), ("MMOBS_VLLM_UUID_CONFLICTS", "count")),
-        tmp_path_factory.mktemp("vllm-drift-count"),
+@vllm_server_fixture(scope="module")
+def counting_server(context: ServerContext) -> VllmServer:
+    return _start(
+        context,
+        {"MMOBS_VLLM_MM_CACHE_HEAL": "0", "MMOBS_VLLM_UUID_CONFLICTS": "count"},
+        "vllm-drift-count",
         "vllm serve (small mm cache, MMOBS_VLLM_MM_CACHE_HEAL=0, MMOBS_VLLM_UUID_CONFLICTS=count)",
-        vllm_server_env,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 # -- inputs and requests ---------------------------------------------------------------------------

@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import base64
 from collections import Counter
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import openai
@@ -25,6 +22,7 @@ from PIL import Image
 
 from tests.support import golden
 from tests.support.images import encode, noisy_image, png_header_only
+from tests.support.vllm_pool import ServerContext, vllm_server_fixture
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series
 from tests.vllm.test_vllm_server import client_for, comparable, drift_sampled, expected_for
 
@@ -35,34 +33,22 @@ LATE = "mmobs_vllm_late_decodes_total"
 _seed = iter(range(50_000, 1_000_000))
 
 
-def _serve(
-    server_env: tuple[Any, Any], directory: Path, args: tuple[str, ...], env: dict[str, str], name: str
-) -> VllmServer:
-    venv, model = server_env
-    server = VllmServer(venv, model, directory, args=args, env=env, name=name)
-    server.wait_until(lambda: "warmup completed" in server.logs(), 60, "done with its multimodal warm-up")
+def _serve(context: ServerContext, directory: str, args: tuple[str, ...], env: dict[str, str], name: str) -> VllmServer:
+    server = VllmServer(context.venv, context.model, context.directory(directory), args=args, env=env, name=name)
+    server.wait_for_warm_up()
     return server
 
 
-@pytest.fixture(scope="module")
-def vllm_mmobs(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+@vllm_server_fixture(scope="module")
+def vllm_mmobs(context: ServerContext) -> VllmServer:
     """``vllm serve --middleware mmobs.vllm.Middleware`` with every mmobs switch at its default."""
-    server = _serve(vllm_server_env, tmp_path_factory.mktemp("vllm-mmobs"), MMOBS_FLAGS, {}, "vllm serve (mmobs)")
-    try:
-        yield server
-    finally:
-        server.stop()
+    return _serve(context, "vllm-mmobs", MMOBS_FLAGS, {}, "vllm serve (mmobs)")
 
 
-@pytest.fixture(scope="module")
-def vllm_alone(vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+@vllm_server_fixture(scope="module")
+def vllm_alone(context: ServerContext) -> VllmServer:
     """``vllm serve`` with the same flags and no mmobs: no preset, the plugin switched off."""
-    directory = tmp_path_factory.mktemp("vllm-alone")
-    server = _serve(vllm_server_env, directory, (), {"MMOBS_VLLM_PLUGIN": "0"}, "vllm serve (plugin off)")
-    try:
-        yield server
-    finally:
-        server.stop()
+    return _serve(context, "vllm-alone", (), {"MMOBS_VLLM_PLUGIN": "0"}, "vllm serve (plugin off)")
 
 
 def _rotated_jpeg(seed: int) -> bytes:
@@ -252,38 +238,33 @@ def test_bad_base64_after_a_cached_image_is_refused_as_vllm_alone_refuses_it(
 
 # -- where vLLM's path is kept, and several API servers -------------------------------------------------
 
-#: Each configuration that keeps vLLM's path, and the line its API server writes once to say why.
+#: Each configuration that keeps vLLM's path: its flags, and the line its API server writes once to say why.
 DECLINED = {
     "no processor cache": (("--mm-processor-cache-gb", "0"), "it has no multimodal processor cache"),
     "shared-memory cache": (("--mm-processor-cache-type", "shm"), "its processor cache is vLLM's shared-memory one"),
 }
 
 
+def _declining(context: ServerContext, name: str) -> VllmServer:
+    return _serve(context, "vllm-declined", (*MMOBS_FLAGS, *DECLINED[name][0]), {}, name)
+
+
+@vllm_server_fixture(scope="module")
+def without_a_processor_cache(context: ServerContext) -> VllmServer:
+    return _declining(context, "no processor cache")
+
+
+@vllm_server_fixture(scope="module")
+def with_a_shared_memory_cache(context: ServerContext) -> VllmServer:
+    return _declining(context, "shared-memory cache")
+
+
 @pytest.fixture(scope="module")
 def declining_servers(
-    vllm_server_env: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, VllmServer]]:
-    """One mmobs server per configuration of ``DECLINED``, started side by side."""
-    started: dict[str, VllmServer] = {}
-    with ThreadPoolExecutor(len(DECLINED)) as pool:
-        futures = {
-            name: pool.submit(
-                _serve, vllm_server_env, tmp_path_factory.mktemp("vllm-declined"), (*MMOBS_FLAGS, *flags), {}, name
-            )
-            for name, (flags, _) in DECLINED.items()
-        }
-        errors = []
-        for name, future in futures.items():
-            try:
-                started[name] = future.result()
-            except Exception as error:
-                errors.append(f"{name}: {error}")
-    try:
-        assert not errors, errors
-        yield started
-    finally:
-        for server in started.values():
-            server.stop()
+    without_a_processor_cache: VllmServer, with_a_shared_memory_cache: VllmServer
+) -> dict[str, VllmServer]:
+    """One mmobs server per configuration of ``DECLINED``."""
+    return {"no processor cache": without_a_processor_cache, "shared-memory cache": with_a_shared_memory_cache}
 
 
 @pytest.mark.parametrize("name", sorted(DECLINED))
