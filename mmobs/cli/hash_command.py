@@ -18,7 +18,7 @@ from typing import Any, TextIO
 from mmobs.errors import BadImageError
 from mmobs.events import RecordingObserver, get_observer, observing
 from mmobs.keys.from_bytes import key_image
-from mmobs.keys.hashing import MultiModalHasher
+from mmobs.keys.hashing import hash_in_format
 from mmobs.keys.loader import ImageMediaIO
 from mmobs.keys.refusals import report_bad_image
 from mmobs.observability.logs import safe_text
@@ -31,12 +31,13 @@ def _hash_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
     recorder = RecordingObserver(get_observer())
     with observing(recorder):
         media = io.load_file(path)
-        key = MultiModalHasher.hash_kwargs(algorithm, image=media)
+        key = hash_in_format(io.key_format, algorithm, {"image": media})
     fallback = recorder.fallbacks[0] if recorder.fallbacks else None
     return {
         "file": path,
         "mm_hash": key,
         "algorithm": algorithm,
+        "vllm_version": io.vllm_version,
         "key_source": recorder.keyed[-1].key_source,
         "exif_fallback": fallback is not None,
         "exif_error": (f"{type(fallback.error).__name__}: {safe_text(fallback.error)}" if fallback else None),
@@ -60,6 +61,7 @@ def _key_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
         "file": path,
         "mm_hash": found.key,
         "algorithm": algorithm,
+        "vllm_version": io.vllm_version,
         "key_source": "original_bytes",
         "key_path": found.key_path,
         "decoded_because": found.decoded_because,
@@ -90,7 +92,7 @@ class _Progress:
 
 def run_hash(args: argparse.Namespace) -> int:
     """Key every file, one report each as it is keyed; 1 if any could not be keyed."""
-    io = ImageMediaIO(image_mode=args.image_mode)
+    io = ImageMediaIO(image_mode=args.image_mode, vllm_version=args.vllm_version)
     failures = 0
     progress = _Progress(len(args.files), sys.stderr)
     for done, path in enumerate(args.files, 1):

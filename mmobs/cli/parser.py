@@ -23,6 +23,7 @@ from mmobs.cli.log_commands import run_events, run_vllm_logging_config
 from mmobs.cli.serve_command import run_serve
 from mmobs.keys.hashing import ALGORITHMS
 from mmobs.keys.loader import ImageMediaIO
+from mmobs.keys.releases import NEWEST, key_format
 from mmobs.service.config import ServiceConfig
 
 __all__ = ["NewCommand", "build_parser"]
@@ -62,6 +63,14 @@ def _image_mode(text: str) -> str:
         return ImageMediaIO(image_mode=text).image_mode or text
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _vllm_version(text: str) -> str:
+    try:
+        key_format(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 def _formats(text: str) -> tuple[str, ...] | None:
@@ -118,6 +127,12 @@ def _add_hash(command: NewCommand) -> None:
     hash_parser.add_argument("files", nargs="+", metavar="FILE", help="image files to key")
     hash_parser.add_argument("--algorithm", choices=ALGORITHMS, default="blake3", help="the digest of the key")
     hash_parser.add_argument("--image-mode", type=_image_mode, default="RGB", help="mode the loader converts to")
+    hash_parser.add_argument(
+        "--vllm-version",
+        type=_vllm_version,
+        default=NEWEST,
+        help="key as this vLLM release keys (its key format: mmobs.keys.releases)",
+    )
     hash_parser.add_argument("--json", action="store_true", help="one JSON object per line")
     hash_parser.add_argument(
         "--no-decode",

@@ -79,7 +79,7 @@ from PIL import Image, ImageFile
 from mmobs.errors import InvalidOptionError
 from mmobs.events import KeyPath, KeyPathChosen, get_observer
 from mmobs.keys.guard.png import png_chunks
-from mmobs.keys.hashing import ALGORITHMS, EncodedImage, MultiModalHasher, new_digest
+from mmobs.keys.hashing import ALGORITHMS, EncodedImage, hash_in_format, new_digest
 from mmobs.keys.loader import ImageMediaIO, has_transparency
 from mmobs.keys.refusals import reporting_refusals
 
@@ -114,6 +114,7 @@ def key_for_bytes(
     rgba_background_color: Sequence[int] = (255, 255, 255),
     *,
     verify: Verify = "header",
+    vllm_version: str | None = None,
     **other_kwargs: object,
 ) -> str:
     """vLLM's key for an image given as bytes, decoding no pixel where the header decides.
@@ -124,12 +125,15 @@ def key_for_bytes(
     default) refuses what the header shows is bad and keys the rest;
     ``verify="decode"`` also decodes, refusing what the loader refuses. See the
     module docstring for the cases that are decoded anyway. Use :func:`key_image`
-    for other limits, or to know which path keyed the image.
+    for other limits, or to know which path keyed the image. ``vllm_version``
+    keys as that release does (its format, its loader's ``io_config``: see
+    :mod:`mmobs.keys.releases`); the default is the newest.
 
     Raises :class:`~mmobs.errors.BadImageError` for a refused image and
     :class:`~mmobs.errors.InvalidOptionError` (a ``ValueError``) for a bad option.
     """
-    return key_image(_loader(image_mode, rgba_background_color), data, algorithm, verify=verify, **other_kwargs).key
+    io = _loader(image_mode, rgba_background_color, vllm_version)
+    return key_image(io, data, algorithm, verify=verify, **other_kwargs).key
 
 
 def key_image(
@@ -140,7 +144,7 @@ def key_image(
     verify: Verify = "header",
     **other_kwargs: object,
 ) -> ImageKey:
-    """The key of ``data`` as loaded by ``io`` (its mode, background and limits), and how it was reached."""
+    """The key of ``data`` as loaded by ``io`` (its mode, background, limits and release), and how it was reached."""
     if algorithm not in ALGORITHMS:
         new_digest(algorithm)  # raises the ValueError that names the choices
     if verify not in VERIFY_MODES:
@@ -159,7 +163,7 @@ def key_image(
         io_config = io.io_config if io.converts(header_mode, has_transparency(opened)) else None
         path = "header"
     del opened  # WebP and AVIF headers hold a decoder and its canvas: free them before hashing
-    key = MultiModalHasher.hash_kwargs(algorithm, image=EncodedImage(data, io_config), **other_kwargs)
+    key = hash_in_format(io.key_format, algorithm, dict(image=EncodedImage(data, io_config), **other_kwargs))
     get_observer().key_path(KeyPathChosen(path))
     return ImageKey(key, path, fmt, header_mode, size, io_config, doubt)
 
@@ -248,12 +252,18 @@ def _can_convert(mode: str, image_mode: str, transparent: bool) -> bool:
 
 
 @lru_cache(maxsize=64)
-def _cached_loader(image_mode: str | None, rgba_background_color: tuple[int, ...]) -> ImageMediaIO:
-    return ImageMediaIO(image_mode, rgba_background_color)
+def _cached_loader(
+    image_mode: str | None, rgba_background_color: tuple[int, ...], vllm_version: str | None
+) -> ImageMediaIO:
+    return ImageMediaIO(image_mode, rgba_background_color, vllm_version=vllm_version)
 
 
-def _loader(image_mode: str | None, rgba_background_color: Sequence[int]) -> ImageMediaIO:
-    """A loader with the default limits (validating the options), cached per option pair."""
-    if isinstance(rgba_background_color, (tuple, list)) and (image_mode is None or isinstance(image_mode, str)):
-        return _cached_loader(image_mode, tuple(rgba_background_color))
-    return ImageMediaIO(image_mode, rgba_background_color)  # let the loader name the problem
+def _loader(image_mode: str | None, rgba_background_color: Sequence[int], vllm_version: str | None) -> ImageMediaIO:
+    """A loader with the default limits (validating the options), cached per option set."""
+    if (
+        isinstance(rgba_background_color, (tuple, list))
+        and (image_mode is None or isinstance(image_mode, str))
+        and (vllm_version is None or isinstance(vllm_version, str))
+    ):
+        return _cached_loader(image_mode, tuple(rgba_background_color), vllm_version)
+    return ImageMediaIO(image_mode, rgba_background_color, vllm_version=vllm_version)  # let it name the problem

@@ -23,6 +23,7 @@ installs nothing.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Iterable
 from time import perf_counter
 from typing import Any, Protocol
@@ -42,10 +43,13 @@ from mmobs.keys.framing import (
     Chunk,
     ChunkSink,
     DigestSink,
+    Sink,
     blake3_cut,
     encode_length,
 )
 from mmobs.keys.media import is_media_with_bytes
+from mmobs.keys.releases import KeyFormat, key_format
+from mmobs.keys.unframed import UnframedWriter
 from mmobs.keys.writer import FRAMED_IMAGE, IMAGE_ID_TAG, EncodedImage, UnsupportedTypeWarning, Writer, read_image_id
 
 __all__ = [
@@ -53,8 +57,11 @@ __all__ = [
     "IMAGE_ID_TAG",
     "EncodedImage",
     "MultiModalHasher",
+    "ReleaseHasher",
+    "ReleaseHasherReadingTheEnvironment",
     "UnsupportedTypeWarning",
     "feed_item",
+    "hash_in_format",
     "new_digest",
 ]
 
@@ -92,21 +99,7 @@ class MultiModalHasher:
 
         ``algorithm`` is one of ``blake3``, ``sha256``, ``sha512``.
         """
-        digest = new_digest(algorithm)
-        observer = get_observer()
-        started = perf_counter()
-        nbytes = _one_media_with_bytes(digest, observer, kwargs) if len(kwargs) == 1 else None
-        if nbytes is None:
-            sink = DigestSink(digest)
-            writer = Writer(sink, observer)
-            for name in sorted(kwargs):
-                writer.item(name, kwargs[name])
-            sink.flush()
-            nbytes = sink.nbytes
-        key = digest.hexdigest()
-        if observer is not NULL_OBSERVER:  # reporting off: not even the event record
-            observer.hashed(Hashed(algorithm, perf_counter() - started, nbytes))
-        return key
+        return hash_in_format(_NEWEST_FORMAT, algorithm, kwargs)
 
     @staticmethod
     def iter_item_to_bytes(key: str, obj: object) -> Iterable[Chunk]:
@@ -121,6 +114,80 @@ class MultiModalHasher:
         sink = ChunkSink()
         Writer(sink, get_observer()).leaf(obj)
         return sink
+
+    @staticmethod
+    def for_vllm(version: str) -> ReleaseHasher | ReleaseHasherReadingTheEnvironment:
+        """The hasher of vLLM release ``version``: its key format and its ``hash_kwargs`` signature.
+
+        ``hash_kwargs(algorithm, /, **kwargs)`` from 0.27 on; ``hash_kwargs(**kwargs)`` before, which
+        reads the algorithm from ``VLLM_MM_HASHER_ALGORITHM`` as those releases do. An unknown release
+        is refused (:class:`~mmobs.errors.InvalidOptionError`, naming the known ones).
+        """
+        fmt = key_format(version)
+        hasher = ReleaseHasher if fmt.algorithm_argument else ReleaseHasherReadingTheEnvironment
+        return hasher(version, fmt)
+
+
+def hash_in_format(fmt: KeyFormat, algorithm: str, kwargs: dict[str, object]) -> str:
+    """``hash_kwargs`` of the releases that key in ``fmt``."""
+    digest = new_digest(algorithm)
+    observer = get_observer()
+    started = perf_counter()
+    nbytes = _one_media_with_bytes(digest, observer, kwargs) if fmt.framed and len(kwargs) == 1 else None
+    if nbytes is None:
+        sink = DigestSink(digest)
+        writer = _writer(sink, observer, fmt)
+        for name in sorted(kwargs):
+            writer.item(name, kwargs[name])
+        sink.flush()
+        nbytes = sink.nbytes
+    key = digest.hexdigest()
+    if observer is not NULL_OBSERVER:  # reporting off: not even the event record
+        observer.hashed(Hashed(algorithm, perf_counter() - started, nbytes))
+    return key
+
+
+def _writer(sink: Sink, observer: HashObserver, fmt: KeyFormat) -> Writer:
+    return Writer(sink, observer) if fmt.framed else UnframedWriter(sink, observer, fmt)
+
+
+_NEWEST_FORMAT = key_format()
+
+
+class _ReleaseHasherBase:
+    """What a release's hasher has besides ``hash_kwargs``, whose signature is the release's."""
+
+    def __init__(self, version: str, fmt: KeyFormat) -> None:
+        self.vllm_version = version
+        self.key_format = fmt
+
+    def __repr__(self) -> str:
+        return f"MultiModalHasher.for_vllm({self.vllm_version!r})"
+
+    def iter_item_to_bytes(self, key: str, obj: object) -> Iterable[Chunk]:
+        sink = ChunkSink()
+        _writer(sink, get_observer(), self.key_format).item(key, obj)
+        return sink
+
+    def serialize_item(self, obj: object) -> Iterable[Chunk]:
+        sink = ChunkSink()
+        _writer(sink, get_observer(), self.key_format).leaf(obj)
+        return sink
+
+
+class ReleaseHasher(_ReleaseHasherBase):
+    """The hasher of a release from 0.27 on: ``hash_kwargs(algorithm, /, **kwargs)``."""
+
+    def hash_kwargs(self, algorithm: str, /, **kwargs: object) -> str:
+        return hash_in_format(self.key_format, algorithm, kwargs)
+
+
+class ReleaseHasherReadingTheEnvironment(_ReleaseHasherBase):
+    """The hasher of 0.25 and 0.26: ``hash_kwargs(**kwargs)``, the algorithm in ``VLLM_MM_HASHER_ALGORITHM``."""
+
+    def hash_kwargs(self, **kwargs: object) -> str:
+        algorithm = os.environ.get("VLLM_MM_HASHER_ALGORITHM", "blake3").lower()
+        return hash_in_format(self.key_format, algorithm, kwargs)
 
 
 def feed_item(digest: _Digest, key: str, obj: object) -> None:

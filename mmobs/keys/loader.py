@@ -52,6 +52,7 @@ from mmobs.keys.refusals import (
     reporting_refusals,
     too_large_error,
 )
+from mmobs.keys.releases import key_format
 
 __all__ = [
     "DEFAULT_FORMATS",
@@ -119,6 +120,9 @@ class ImageMediaIO:
     (above or below Pillow's ``MAX_IMAGE_PIXELS``). ``decode_limits`` bounds
     what the file's structure may cost before Pillow decodes it (see
     :class:`~mmobs.keys.guard.DecodeLimits`); ``None`` turns those checks off.
+    ``vllm_version`` names the release whose conversion rule (and so whose
+    ``io_config``) to follow (:mod:`mmobs.keys.releases`; the newest for ``None``);
+    what is refused is the newest release's in every case.
     """
 
     def __init__(
@@ -130,7 +134,10 @@ class ImageMediaIO:
         max_bytes: int = DEFAULT_MAX_BYTES,
         formats: Sequence[str] | None = DEFAULT_FORMATS,
         decode_limits: DecodeLimits | None = DEFAULT_DECODE_LIMITS,
+        vllm_version: str | None = None,
     ) -> None:
+        self.key_format = key_format(vllm_version)
+        self.vllm_version = vllm_version
         if image_mode is not None and (not isinstance(image_mode, str) or image_mode not in _ALL_MODES):
             raise InvalidOptionError(
                 "image_mode", f"unknown image_mode {image_mode!r}; use one of {', '.join(sorted(_ALL_MODES))}"
@@ -154,7 +161,9 @@ class ImageMediaIO:
             f"ImageMediaIO(image_mode={self.image_mode!r}, "
             f"rgba_background_color={self.rgba_background_color!r}, "
             f"max_pixels={self.max_pixels}, max_bytes={self.max_bytes}, formats={self.formats!r}, "
-            f"decode_limits={self.decode_limits!r})"
+            f"decode_limits={self.decode_limits!r}"
+            + ("" if self.vllm_version is None else f", vllm_version={self.vllm_version!r}")
+            + ")"
         )
 
     # -- entry points ---------------------------------------------------------
@@ -213,13 +222,11 @@ class ImageMediaIO:
 
         vLLM's ``convert_image_mode`` rule, and so whether ``io_config`` joins
         the key: composite onto the background when going to RGB with
-        transparency, keep the very object when the mode already matches,
-        convert otherwise; ``image_mode=None`` never converts.
+        transparency (from 0.33 on, even when the mode already matches), keep
+        the very object when the mode already matches, convert otherwise;
+        ``image_mode=None`` never converts.
         """
-        target = self.image_mode
-        if target is None:
-            return False
-        return (target == "RGB" and transparent) or mode != target
+        return self.key_format.converts(self.image_mode, mode, transparent)
 
     @property
     def io_config(self) -> dict[str, Any]:

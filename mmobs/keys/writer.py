@@ -95,7 +95,7 @@ class Writer:
             self.plain_image(obj)
         elif is_media_with_bytes(obj):
             self.media_with_bytes(obj)
-        elif _is_torch_tensor(obj):
+        elif is_torch_tensor(obj):
             self.tensor(obj)
         elif isinstance(obj, np.ndarray):
             self.ndarray(obj)
@@ -160,7 +160,7 @@ class Writer:
             image_id = self._image_id(inner, "media_with_bytes", "original_bytes", media.original_bytes)
             source: KeySource = "image_id" if image_id is not None else "original_bytes"
             self._keyed(media, "media_with_bytes", source, image_id)
-        elif isinstance(inner, np.ndarray) or _is_torch_tensor(inner):
+        elif isinstance(inner, np.ndarray) or is_torch_tensor(inner):
             # Decoded video frames: whichever of frames and file is smaller.
             source = "frames" if inner.nbytes < len(media.original_bytes) else "original_bytes"
             self._keyed(media, "video", source, None)
@@ -173,21 +173,25 @@ class Writer:
         tee = sink.can_tee and observer.wants_item_digest(kind, obj)
         if tee:
             sink.start_tee()
-        if image_id is not None:
-            self.raw(image_id)
-        elif source == "pixels":
-            self._pixels(obj)
-        elif kind == "video":
-            sink.small(_FRAMED_VIDEO)
-            self.value(obj.media if source == "frames" else obj.original_bytes)
-        else:
-            sink.small(FRAMED_IMAGE)
-            original = obj.original_bytes
-            self.value({"io_config": obj.io_config, "data": original} if obj.io_config else original)
+        self.keyed_value(obj, kind, source, image_id)
         item_digest = sink.end_tee() if tee else None
         observer.media_keyed(MediaKeyed(kind, source, obj, item_digest))
 
-    def _pixels(self, image: Image.Image) -> None:
+    def keyed_value(self, obj: Any, kind: MediaKind, source: KeySource, image_id: bytes | None) -> None:
+        """A media item's value, keyed from ``source`` (the part of the stream a key format changes)."""
+        if image_id is not None:
+            self.raw(image_id)
+        elif source == "pixels":
+            self.pixels(obj)
+        elif kind == "video":
+            self.sink.small(_FRAMED_VIDEO)
+            self.value(obj.media if source == "frames" else obj.original_bytes)
+        else:
+            self.sink.small(FRAMED_IMAGE)
+            original = obj.original_bytes
+            self.value({"io_config": obj.io_config, "data": original} if obj.io_config else original)
+
+    def pixels(self, image: Image.Image) -> None:
         """The item ``image`` of ``{mode, data[, palette, palette_rawmode]}``, ``data`` streamed.
 
         vLLM evaluates ``{"mode": image.mode, "data": np.asarray(image)}`` and
@@ -196,7 +200,7 @@ class Writer:
         """
         mode = image.mode
         image.load()
-        dtype, shape, rawmode = _pixel_layout(image)
+        dtype, shape, rawmode = pixel_layout(image)
         palette = image.palette
         after: list[tuple[str, object]] = []
         if palette is not None:
@@ -341,7 +345,7 @@ class _Stream(_SelfWriting):
         writer.sink.stream(self.chunks)
 
 
-def _pixel_layout(image: Image.Image) -> tuple[str, tuple[int, ...], str]:
+def pixel_layout(image: Image.Image) -> tuple[str, tuple[int, ...], str]:
     """(dtype string, shape, raw mode) of ``np.asarray(image)``, without building it."""
     dtype, bands = _mode_layout(image.mode)
     shape: tuple[int, ...] = (image.height, image.width)
@@ -368,6 +372,6 @@ def _as_byte_view(view: memoryview) -> Chunk:
     return view.tobytes()
 
 
-def _is_torch_tensor(obj: object) -> bool:
+def is_torch_tensor(obj: object) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(obj, torch.Tensor)

@@ -45,30 +45,33 @@ def input_bytes(name: str) -> bytes:
     return (GOLDEN_DIR / "inputs" / name).read_bytes()
 
 
-def build(recipe: Any) -> Any:
-    """Turn a recipe into the value it describes (fresh objects on every call)."""
+def build(recipe: Any, vllm_version: str | None = None) -> Any:
+    """Turn a recipe into the value it describes (fresh objects on every call).
+
+    Images are loaded by mmobs's loader as release ``vllm_version``'s loads them (the newest for ``None``).
+    """
     if isinstance(recipe, list):
-        return [build(item) for item in recipe]
+        return [build(item, vllm_version) for item in recipe]
     if not isinstance(recipe, dict):
         return recipe
     if len(recipe) == 1:
         ((tag, spec),) = recipe.items()
         if tag.startswith("$"):
-            return _BUILDERS[tag](spec)
-    return {key: build(value) for key, value in recipe.items()}
+            return _BUILDERS[tag](spec, vllm_version)
+    return {key: build(value, vllm_version) for key, value in recipe.items()}
 
 
-def _bytes(spec: str) -> bytes:
+def _bytes(spec: str, vllm_version: str | None) -> bytes:
     return bytes.fromhex(spec)
 
 
-def _ndarray(spec: dict[str, Any]) -> np.ndarray:
+def _ndarray(spec: dict[str, Any], vllm_version: str | None) -> np.ndarray:
     array = np.frombuffer(bytes.fromhex(spec["hex"]), dtype=np.dtype(spec["dtype"]))
     array = array.reshape(spec["shape"]).copy()
     return array.T if spec.get("transpose") else array
 
 
-def _image(spec: dict[str, Any]) -> Image.Image:
+def _image(spec: dict[str, Any], vllm_version: str | None) -> Image.Image:
     if "uuid_image" in spec:
         image = Image.new("RGB", (4, 4), (10, 20, 30))
         image.getexif()[0x800D] = uuid.UUID(spec["uuid_image"])
@@ -78,12 +81,12 @@ def _image(spec: dict[str, Any]) -> Image.Image:
         image.load()
         return image
     if spec["load"] == "load_bytes_media":
-        return ImageMediaIO().load_bytes(input_bytes(spec["file"])).media
+        return ImageMediaIO(vllm_version=vllm_version).load_bytes(input_bytes(spec["file"])).media
     raise ValueError(f"unknown image load {spec['load']!r}")
 
 
-def _media(spec: dict[str, Any]) -> MediaWithBytes:
-    options: dict[str, Any] = {}
+def _media(spec: dict[str, Any], vllm_version: str | None) -> MediaWithBytes:
+    options: dict[str, Any] = {"vllm_version": vllm_version}
     if "image_mode" in spec:
         options["image_mode"] = spec["image_mode"]
     if "rgba_background_color" in spec:
@@ -91,8 +94,8 @@ def _media(spec: dict[str, Any]) -> MediaWithBytes:
     return ImageMediaIO(**options).load_bytes(input_bytes(spec["file"]))
 
 
-def _video(spec: dict[str, Any]) -> MediaWithBytes:
-    return MediaWithBytes(build(spec["frames"]), b"\x00" * spec["original_bytes_len"])
+def _video(spec: dict[str, Any], vllm_version: str | None) -> MediaWithBytes:
+    return MediaWithBytes(build(spec["frames"], vllm_version), b"\x00" * spec["original_bytes_len"])
 
 
 _BUILDERS = {"$bytes": _bytes, "$ndarray": _ndarray, "$image": _image, "$media": _media, "$video": _video}

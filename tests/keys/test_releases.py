@@ -1,0 +1,277 @@
+"""mmobs keys as each vLLM release keys, held to that release's own hasher and loader.
+
+For every release :mod:`mmobs.keys.releases` knows (or those ``MMOBS_VLLM_RELEASES`` names), the
+release's Python sources run in a child interpreter (``release_probe.py``) on the golden cases, the
+golden inputs and the corpus's images (its costly ones left to ``test_keys_vllm.py``), for the
+loader's default mode and for ``image_mode=None``. In this process mmobs keys the same values with
+``MultiModalHasher.for_vllm(R)`` and the same bytes with ``key_for_bytes(..., vllm_version=R)``:
+
+* every key the release computes, mmobs computes;
+* where the release's hasher raises (a broken EXIF block, before 0.31), mmobs's key is the one the
+  release's format gives without the ImageID (what the upstream fix gives), and the fallback is
+  reported once per read;
+* a value the release pickles (no serialization of its own) cannot have the same key in two
+  processes whose classes differ: those cases are named, not compared.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from mmobs import ImageMediaIO, key_for_bytes
+from mmobs.errors import BadImageError
+from mmobs.events import RecordingObserver, observing
+from mmobs.keys.hashing import MultiModalHasher, UnsupportedTypeWarning
+from mmobs.keys.releases import NEWEST, RELEASES, key_format
+from tests.support import golden
+from tests.support.vllm_releases import REQUIRE_VLLM_RELEASES, releases_under_test, unpack_release
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = Path(__file__).with_name("release_probe.py")
+MODEL_ID = "Qwen/Qwen2-VL-2B-Instruct"
+IMAGE_MODES = ["RGB", None]
+RELEASES_UNDER_TEST = releases_under_test()
+
+
+def _image_files(directory: Path) -> dict[str, Path]:
+    """The golden inputs and the corpus's images that are not costly, as files."""
+    files = {path.name: path for path in sorted((golden.GOLDEN_DIR / "inputs").iterdir())}
+    spec = importlib.util.spec_from_file_location("make_corpus", ROOT / "scripts" / "make_corpus.py")
+    assert spec is not None and spec.loader is not None
+    corpus = sys.modules.get("make_corpus") or importlib.util.module_from_spec(spec)
+    if "make_corpus" not in sys.modules:
+        sys.modules["make_corpus"] = corpus  # dataclasses look their module up
+        spec.loader.exec_module(corpus)
+    for case in corpus.build_corpus():
+        if case.kind == "image" and not case.name.startswith("costly"):
+            path = directory / f"corpus-{case.name}"
+            path.write_bytes(bytes(case.payload))
+            files[path.name] = path
+    return files
+
+
+def _probe(version: str, directory: Path, files: dict[str, Path]) -> dict[str, Any] | str:
+    """The release's report, or why there is none (a skip reason)."""
+    try:
+        tree = unpack_release(version, directory)
+    except pytest.skip.Exception as skipped:
+        return str(skipped)
+    request = directory / "request.json"
+    report = directory / "report.json"
+    request.write_text(
+        json.dumps(
+            {
+                "model_id": MODEL_ID,
+                "golden_inputs": str(golden.GOLDEN_DIR / "inputs"),
+                "cases": golden.cases(),
+                "files": {name: str(path) for name, path in files.items()},
+                "image_modes": IMAGE_MODES,
+            }
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)]), "VLLM_NO_USAGE_STATS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(PROBE), str(request), str(report)],
+        capture_output=True, text=True, timeout=900, env=env, cwd=directory,
+    )  # fmt: skip
+    assert done.returncode == 0, f"vLLM {version}'s probe failed:\n{done.stderr[-4000:]}"
+    found = json.loads(report.read_text())
+    assert found["vllm"] == version and found["vllm_file"].startswith(str(tree)), found["vllm_file"]
+    return found
+
+
+@pytest.fixture(scope="module")
+def image_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return _image_files(tmp_path_factory.mktemp("release-inputs"))
+
+
+@pytest.fixture(scope="module")
+def reports(image_files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any] | str]:
+    """Each release's report (or the reason it has none), two releases probed at a time."""
+    if importlib.util.find_spec("torch") is None:
+        reason = "a release's hasher imports torch and vLLM's dependencies (.ci/install-vllm installs them)"
+        if REQUIRE_VLLM_RELEASES:
+            pytest.fail(f"{reason}; MMOBS_REQUIRE_VLLM_RELEASES=1 forbids skipping")
+        pytest.skip(reason)
+    with ThreadPoolExecutor(2) as pool:
+        futures = {
+            version: pool.submit(_probe, version, tmp_path_factory.mktemp(f"vllm-{version}"), image_files)
+            for version in RELEASES_UNDER_TEST
+        }
+        return {version: future.result() for version, future in futures.items()}
+
+
+def _report(reports: dict[str, Any], version: str) -> dict[str, Any]:
+    found = reports[version]
+    if isinstance(found, str):
+        pytest.skip(found)
+    return found
+
+
+def _keyed_as(version: str) -> str:
+    """The release mmobs keys as for ``version``: itself if known, else the newest (a new release's first check)."""
+    return version if version.partition("+")[0] in RELEASES else NEWEST
+
+
+def _hash_for(version: str, algorithm: str, kwargs: dict[str, Any]) -> str:
+    """``MultiModalHasher.for_vllm(version).hash_kwargs``, called as that release's hasher is called."""
+    hasher = MultiModalHasher.for_vllm(version)
+    if key_format(version).algorithm_argument:
+        return hasher.hash_kwargs(algorithm, **kwargs)  # type: ignore[call-arg]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VLLM_MM_HASHER_ALGORITHM", algorithm)
+        return hasher.hash_kwargs(**kwargs)
+
+
+@pytest.mark.parametrize("version", RELEASES_UNDER_TEST)
+def test_golden_cases_key_as_the_release(reports: dict[str, Any], version: str) -> None:
+    report = _report(reports, version)
+    version = _keyed_as(version)
+    tolerant = key_format(version).framed  # 0.31 on read the ImageID tolerantly
+    compared, pickled, raised = 0, [], []
+    for case in golden.cases():
+        theirs = report["cases"][case["id"]]
+        kwargs = golden.build(case["kwargs"], version)
+        recorder = RecordingObserver()
+        with warnings.catch_warnings(record=True) as caught, observing(recorder):
+            warnings.simplefilter("always")
+            ours = _hash_for(version, case["algorithm"], kwargs)
+        if any(issubclass(w.category, UnsupportedTypeWarning) for w in caught):
+            pickled.append(case["id"])
+            continue
+        fallbacks = len(recorder.fallbacks)
+        assert fallbacks == case["exif_fallbacks"], case["id"]
+        if "raised" in theirs:
+            # The seed's bug: the bare ImageID read raises where mmobs falls back, and counts it.
+            assert not tolerant and fallbacks > 0, (case["id"], theirs)
+            raised.append(case["id"])
+            continue
+        assert ours == theirs["key"], f"vLLM {version}, case {case['id']}"
+        compared += 1
+    assert compared >= len(golden.cases()) - len(pickled) - len(raised)
+    assert (raised != []) == (not tolerant), raised
+    # Only what the release has no serialization for: before 0.27, video frames with their bytes.
+    assert all("video" in name for name in pickled) and (pickled != []) == (not key_format(version).video_frames)
+
+
+#: What mmobs refuses and a release keys, by file, image mode and reason: the only differences allowed.
+#: A 100-megapixel JPEG is past mmobs's default ``max_pixels`` (a 400 before any decode; vLLM lets
+#: Pillow's bomb check warn and decodes it), and a PNG whose IDAT is garbage fails mmobs's
+#: ``verify="decode"``, where vLLM's loader swallows the decode error inside its EXIF transpose, and
+#: its second ``load()`` returns the half-decoded image without raising. TGA is outside mmobs's
+#: default formats (a format vision models are rarely sent, refused unless a caller allows it).
+_REFUSED_BY_MMOBS_ONLY = [
+    (file, mode, reason)
+    for file, reason in (
+        ("corpus-bomb-10000x10000.jpg", "too_many_pixels"),
+        ("corpus-format-tga.tga", "unsupported_format"),
+        ("corpus-png-garbage-idat.png", "corrupt"),
+    )
+    for mode in ("RGB", "None")
+]
+
+
+@pytest.mark.parametrize("version", RELEASES_UNDER_TEST)
+def test_image_files_key_as_the_release(reports: dict[str, Any], image_files: dict[str, Path], version: str) -> None:
+    report = _report(reports, version)
+    version = _keyed_as(version)
+    counts = {"equal": 0, "fallback": 0, "refused_by_both": 0}
+    differences: list[str] = []
+    for name, by_mode in report["files"].items():
+        payload = image_files[name].read_bytes()
+        for mode, theirs in by_mode.items():
+            image_mode = None if mode == "None" else mode
+            label = f"{name} image_mode={image_mode}"
+            try:
+                ours = key_for_bytes(payload, image_mode=image_mode, verify="decode", vllm_version=version,
+                                     model_id=MODEL_ID)  # fmt: skip
+            except BadImageError as refused:
+                if "refused" in theirs:
+                    counts["refused_by_both"] += 1
+                else:
+                    differences.append((name, mode, refused.reason))
+                continue
+            assert "refused" not in theirs, f"{label}: refused by vLLM {version} ({theirs['refused']}), not by mmobs"
+            if "raised" in theirs["media"]:
+                assert not key_format(version).framed, (label, theirs)
+                assert ours == theirs["without_image_id"], label
+                counts["fallback"] += 1
+            else:
+                assert ours == theirs["media"]["key"], label
+                counts["equal"] += 1
+            _pixel_keys_agree(version, payload, image_mode, theirs, label)
+    assert counts["equal"] > 0, counts
+    assert sorted(differences) == sorted(_REFUSED_BY_MMOBS_ONLY), differences
+    # The seed's image: a 500 before 0.31 (the hasher raises), the fix's key with mmobs.
+    assert ("raised" in report["files"]["bad-exif-header.jpg"]["RGB"]["media"]) == (not key_format(version).framed)
+
+
+def _pixel_keys_agree(version: str, data: bytes, image_mode: str | None, theirs: dict[str, Any], label: str) -> None:
+    """The loader's ``io_config`` is the release's, and the hasher keys the pixels plain Pillow decodes as it does."""
+    if key_format(version).io_config:
+        media = ImageMediaIO(image_mode, vllm_version=version).load_bytes(data)
+        assert (media.io_config is not None) == theirs["io_config"], label
+    recorder = RecordingObserver()
+    try:
+        image = Image.open(io.BytesIO(data))
+        image.load()
+        with observing(recorder):
+            ours = _hash_for(version, "blake3", {"image": image})
+    except Exception as error:  # a file only the loader's tolerance gets through (Pillow raises anything)
+        assert "raised" in theirs["pixels"], f"{label}: plain Pillow raised {error!r} here only"
+        return
+    if "raised" in theirs["pixels"]:  # the bare ImageID read of the release, where mmobs falls back
+        assert not key_format(version).framed and recorder.fallbacks, (label, theirs["pixels"])
+    else:
+        assert ours == theirs["pixels"]["key"], f"{label}: pixels"
+
+
+def test_every_known_release_is_under_test_by_default() -> None:
+    if os.environ.get("MMOBS_VLLM_RELEASES"):
+        pytest.skip("MMOBS_VLLM_RELEASES names the releases under test")
+    assert list(RELEASES) == RELEASES_UNDER_TEST
+
+
+@pytest.mark.parametrize("version", RELEASES_UNDER_TEST)
+def test_the_release_is_known(version: str) -> None:
+    assert version.partition("+")[0] in RELEASES, (
+        f"mmobs.keys.releases does not know vLLM {version}: the tests above held it to the newest release's "
+        f"format ({key_format(NEWEST).name}); where they pass, add it to RELEASES with that format"
+    )
+
+
+@pytest.mark.parametrize("version", RELEASES_UNDER_TEST)
+def test_mmobs_hash_keys_as_the_release(reports: dict[str, Any], image_files: dict[str, Path], version: str) -> None:
+    """``mmobs hash --vllm-version R``, decoding and from the header, gives release R's own keys."""
+    report = _report(reports, version)
+    names = ["bad-exif-header.jpg", "photo.jpg", "palette.png", "rgba.png", "imageid-string.jpg"]
+    expected = [_image_alone_key(version, report["files"][name]["RGB"]) for name in names]
+    for no_decode in ([], ["--no-decode"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "mmobs.cli", "hash", "--json", "--vllm-version", _keyed_as(version), *no_decode,
+             *(str(image_files[name]) for name in names)],
+            capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        lines = [json.loads(line) for line in done.stdout.splitlines()]
+        assert [line["mm_hash"] for line in lines] == expected, no_decode
+        assert {line["vllm_version"] for line in lines} == {_keyed_as(version)}
+
+
+def _image_alone_key(version: str, theirs: dict[str, Any]) -> str:
+    """The release's key of a loaded file alone; where its hasher raised, the key the upstream fix gives."""
+    if "raised" in theirs["image_alone"]:
+        assert not key_format(_keyed_as(version)).framed, theirs
+        return str(theirs["image_alone_without_image_id"])
+    return str(theirs["image_alone"]["key"])

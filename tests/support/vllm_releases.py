@@ -1,0 +1,52 @@
+"""Any vLLM release's own Python sources, to run its hasher and loader in a child interpreter.
+
+vLLM's hasher and image loader are pure Python over Pillow, NumPy, blake3 and torch, so a release's
+wheel, unpacked without its compiled kernels and without its dependencies, imports them beside the
+test environment's packages. The wheel comes from the package index (``pip download --no-deps``, so
+pip's cache serves the second run), and only its ``.py`` files are unpacked, into the test's folder.
+
+``MMOBS_VLLM_RELEASES`` (comma-separated) names the releases the release tests run against; the
+default is every release :data:`mmobs.keys.releases.RELEASES` knows. A release that cannot be
+fetched skips its tests with the reason (``MMOBS_REQUIRE_VLLM_RELEASES=1`` fails them instead, as
+in CI). A release mmobs does not know yet is held to the newest one's format, the day it appears.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from mmobs.keys.releases import RELEASES
+
+REQUIRE_VLLM_RELEASES = os.environ.get("MMOBS_REQUIRE_VLLM_RELEASES") == "1"
+
+
+def releases_under_test() -> list[str]:
+    named = os.environ.get("MMOBS_VLLM_RELEASES", "")
+    return [name.strip() for name in named.split(",") if name.strip()] or list(RELEASES)
+
+
+def unpack_release(version: str, directory: Path) -> Path:
+    """``directory``, holding release ``version``'s ``vllm`` package (Python files only); skips if unfetchable."""
+    wheels = directory / "wheel"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", f"vllm=={version}",
+         "-d", str(wheels)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
+    if done.returncode != 0 or not found:
+        message = f"vLLM {version} could not be fetched from the package index: {done.stderr.strip()[-600:]}"
+        if REQUIRE_VLLM_RELEASES:
+            pytest.fail(f"{message} (MMOBS_REQUIRE_VLLM_RELEASES=1 forbids skipping)")
+        pytest.skip(message)
+    tree = directory / "tree"
+    with zipfile.ZipFile(found[0]) as wheel:
+        wheel.extractall(tree, [name for name in wheel.namelist() if name.startswith("vllm/") and name.endswith(".py")])
+    found[0].unlink()  # hundreds of MB of kernels, no longer needed
+    return tree
