@@ -252,6 +252,12 @@ def _add_request_limits(serve: argparse.ArgumentParser, defaults: ServiceConfig)
         metavar="FMT,FMT|any",
         help="Pillow formats to open ('any' for all)",
     )
+    serve.add_argument(
+        "--vllm-version",
+        type=_vllm_version,
+        default=NEWEST,
+        help="key as this vLLM release keys (its key format: mmobs.keys.releases)",
+    )
 
 
 def _add_metrics_options(serve: argparse.ArgumentParser, defaults: ServiceConfig) -> None:

@@ -13,7 +13,8 @@ format     what changed in the release that names it
 ``0.27``   the loader's conversion joins the key (``io_config``); video frames with their bytes
            are keyed by the smaller of the two; ``hash_kwargs(algorithm, /, **kwargs)``
 ``0.30``   frames as a torch tensor are keyed so too (before, they were pickled)
-``0.31``   framed (vLLM PR #54283): every chunk preceded by its length, every value by its kind
+``0.31``   framed (vLLM PR #54283): every chunk preceded by its length, every value by its kind;
+           the ImageID read tolerantly (vLLM PR #56576)
 ``0.33``   the loader composites an RGB image with a ``transparency`` (a PNG's ``tRNS``) onto the
            background too, so ``io_config`` joins its key; before, an image already in the
            target mode was kept as it was
@@ -48,6 +49,8 @@ class KeyFormat:
     composites_transparency: bool
     #: ``hash_kwargs(algorithm, /, **kwargs)`` (0.27 on); before, ``hash_kwargs(**kwargs)`` read the environment.
     algorithm_argument: bool
+    #: The EXIF ImageID read tolerantly (0.31 on, vLLM PR #56576); before, a broken EXIF block raises out of the hasher.
+    tolerant_image_id: bool
 
     def converts(self, target: str | None, mode: str, transparent: bool) -> bool:
         """Whether this format's loader makes a new image of one in ``mode`` (so ``io_config`` is set)."""
@@ -59,15 +62,15 @@ class KeyFormat:
 _FRAMES = frozenset({"ndarray"})
 _FORMATS = (
     KeyFormat("0.25", framed=False, io_config=False, video_frames=frozenset(), composites_transparency=False,
-              algorithm_argument=False),
+              algorithm_argument=False, tolerant_image_id=False),
     KeyFormat("0.27", framed=False, io_config=True, video_frames=_FRAMES, composites_transparency=False,
-              algorithm_argument=True),
+              algorithm_argument=True, tolerant_image_id=False),
     KeyFormat("0.30", framed=False, io_config=True, video_frames=_FRAMES | {"tensor"}, composites_transparency=False,
-              algorithm_argument=True),
+              algorithm_argument=True, tolerant_image_id=False),
     KeyFormat("0.31", framed=True, io_config=True, video_frames=_FRAMES | {"tensor"}, composites_transparency=False,
-              algorithm_argument=True),
+              algorithm_argument=True, tolerant_image_id=True),
     KeyFormat("0.33", framed=True, io_config=True, video_frames=_FRAMES | {"tensor"}, composites_transparency=True,
-              algorithm_argument=True),
+              algorithm_argument=True, tolerant_image_id=True),
 )  # fmt: skip
 _BY_NAME = {fmt.name: fmt for fmt in _FORMATS}
 

@@ -85,7 +85,8 @@ class DriftTracker:
         bytes alone, a function of those bytes only; for the common sighting
         (keyed exactly so) that is ``key`` itself, which saves a full pass.
         """
-        if key_source == "original_bytes" and (kind == "video" or not media.io_config):
+        # vLLM 0.25's MediaWithBytes has no io_config (its attribute lookups go on to the image).
+        if key_source == "original_bytes" and (kind == "video" or not _io_config(media)):
             content = bytes.fromhex(key)[:_CONTENT_BYTES]
         else:
             content = original_bytes_item_digest(kind, media.original_bytes)
@@ -99,6 +100,13 @@ class DriftTracker:
         if previous is None or previous[0] == key:
             return None
         return Drift(kind, previous[0], previous[1], key, key_source)
+
+
+def _io_config(media: Any) -> Any:
+    try:
+        return media.io_config
+    except AttributeError:
+        return None
 
 
 def original_bytes_item_digest(kind: str, data: bytes) -> bytes:

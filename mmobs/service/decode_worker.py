@@ -41,7 +41,7 @@ from mmobs.events import (
     set_observer,
 )
 from mmobs.keys import from_bytes
-from mmobs.keys.hashing import MultiModalHasher
+from mmobs.keys.hashing import hash_in_format
 from mmobs.keys.loader import ImageMediaIO
 from mmobs.service.hash_request import HashOptions, RequestError, RequestLimits, parse_json_body
 from mmobs.service.relay import RelayObserver, is_memory_failure
@@ -131,7 +131,7 @@ def key_image(data: bytes, params: dict[str, Any], observer: HashObserver) -> di
             if is_memory_failure(error):
                 raise MemoryError from error
             return {"status": "bad_image", "reason": error.reason, "message": error.message}
-        key = MultiModalHasher.hash_kwargs(options.algorithm, image=media, **options.extras)
+        key = hash_in_format(io.key_format, options.algorithm, dict(image=media, **options.extras))
     image = media.media
     return {
         "status": "keyed",

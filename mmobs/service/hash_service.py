@@ -54,6 +54,7 @@ class HashService:
             "max_pixels": config.max_pixels,
             "max_bytes": config.max_image_bytes,
             "formats": config.image_formats,
+            "vllm_version": config.vllm_version,
         }
         self.fetcher = (
             RemoteFetcher(

@@ -48,6 +48,7 @@ class ServeOptions:
     max_pixels: int
     max_image_bytes: int
     image_formats: tuple[str, ...] | None
+    vllm_version: str
     metrics_path: str
     no_metrics: bool
     #: The metrics on a listener of their own (:mod:`mmobs.service.metrics_server`) instead of ``metrics_path``.
@@ -78,6 +79,7 @@ class ServeOptions:
             max_pixels=self.max_pixels,
             max_image_bytes=self.max_image_bytes,
             image_formats=self.image_formats,
+            vllm_version=self.vllm_version,
             fetch_allow_private=self.fetch_allow_private,
             metrics_path=None if self.no_metrics or self.metrics_port else self.metrics_path,
             metrics_token=self.metrics_token or os.environ.get("MMOBS_METRICS_TOKEN") or None,

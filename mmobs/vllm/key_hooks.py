@@ -4,7 +4,9 @@
 vLLM attribute                                 reports
 =============================================  =====================================
 ``hasher._get_image_id_bytes``                 ``exif_fallback`` (kind, key source)
-``MultiModalHasher.serialize_item``            ``media_keyed`` (key-source mix, drift)
+``MultiModalHasher.serialize_item``            ``media_keyed`` (key-source mix, drift);
+                                               before vLLM 0.31, ``exif_fallback`` too,
+                                               and the seed's fix (:func:`tolerant_image_id`)
 ``MultiModalHasher.hash_kwargs``,              ``hashed`` (duration, bytes fed)
 ``hasher._get_hasher_factory``
 =============================================  =====================================
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import os
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -36,7 +39,14 @@ from mmobs.keys.media import is_media_with_bytes
 from mmobs.vllm import decode_skip
 from mmobs.vllm.lazy_image import LazyImage
 
-__all__ = ["counting_factory", "hash_kwargs", "image_id_bytes", "serialize_item"]
+__all__ = [
+    "counting_factory",
+    "hash_kwargs",
+    "hash_kwargs_reading_the_environment",
+    "image_id_bytes",
+    "serialize_item",
+    "tolerant_image_id",
+]
 
 
 @dataclass
@@ -82,21 +92,72 @@ def image_id_bytes(image: Image.Image) -> bytes | None:
         found, error = image.next_image_id_read()
     else:
         try:
-            image_id = image.getexif().get(IMAGE_ID_TAG)
-            found = image_id.bytes if isinstance(image_id, uuid.UUID) else None
+            found = _image_id_of(image.getexif())
         except Exception as raised:  # noqa: BLE001 - tolerated by vLLM; reported here
             found, error = None, raised
         if item is not None:
             decode_skip.note_image_id_read(item.obj, found, error)
     if error is not None:
-        if item is not None and item.kind == "media_with_bytes":
-            event = ExifFallback("media_with_bytes", error, "original_bytes", image, item.obj.original_bytes)
-        else:
-            event = ExifFallback("image", error, "pixels", image, None)
-        get_observer().exif_fallback(event)
+        _report_fallback(image, item, error)
     if item is not None:
         item.image_id = found
     return found
+
+
+def _image_id_of(exif: Image.Exif) -> bytes | None:
+    image_id = exif.get(IMAGE_ID_TAG)
+    return image_id.bytes if isinstance(image_id, uuid.UUID) else None
+
+
+def _report_fallback(image: Image.Image, item: _Item | None, error: BaseException) -> None:
+    if item is not None and item.kind == "media_with_bytes":
+        event = ExifFallback("media_with_bytes", error, "original_bytes", image, item.obj.original_bytes)
+    else:
+        event = ExifFallback("image", error, "pixels", image, None)
+    get_observer().exif_fallback(event)
+
+
+def tolerant_image_id(original: Callable[..., Iterable[Any]], *, fix: bool) -> Callable[..., Iterable[Any]]:
+    """``serialize_item`` of a vLLM that reads the ImageID bare (0.25 to 0.30): the seed's fix, reported.
+
+    Those releases call ``getexif()`` on the image unguarded, so a broken EXIF block raises out of the
+    hasher and the request is a 500 (fixed in vLLM 0.31, PR #56576). For the one call, the image's
+    ``getexif`` is the release's read done tolerantly (:func:`_tolerant_exif`): what it swallows is
+    reported as on 0.31 and later, and with ``fix`` on the release sees an empty EXIF, so it keys the
+    image without an ImageID (the upstream fix's key, in the release's own format). With ``fix`` off
+    the read raises as it always did, counted first. Pillow remembers a failed EXIF parse, so the
+    read happens once, inside the release's own code, never before it.
+    """
+
+    @functools.wraps(original)
+    def serialize_item(cls: type, obj: object) -> Iterable[Any]:
+        kind = _media_kind(obj)
+        if kind not in ("image", "media_with_bytes"):
+            return original(cls, obj)
+        image: Image.Image = obj if kind == "image" else obj.media  # type: ignore[attr-defined, assignment]
+        image.getexif = functools.partial(_tolerant_exif, image, type(image).getexif, fix)  # type: ignore[method-assign]
+        try:
+            return original(cls, obj)  # the release reads the EXIF eagerly, before it returns
+        finally:
+            del image.getexif
+
+    return serialize_item
+
+
+def _tolerant_exif(image: Image.Image, getexif: Callable[[Image.Image], Image.Exif], fix: bool) -> Image.Exif:
+    """``image.getexif()`` and its ImageID (the part the release reads), reported; an empty EXIF if they raise."""
+    item = _current_item.get()
+    try:
+        exif = getexif(image)
+        found = _image_id_of(exif)  # decodes the tag here, so the release's own exif[ImageID] cannot raise
+    except Exception as error:
+        _report_fallback(image, item, error)
+        if not fix:
+            raise
+        return Image.Exif()
+    if item is not None:
+        item.image_id = found
+    return exif
 
 
 def serialize_item(original: Callable[..., Iterable[Any]]) -> Callable[..., Iterable[Any]]:
@@ -172,19 +233,36 @@ def counting_factory(original: Callable[[Any], Callable[[], Any]]) -> Callable[[
 
 
 def hash_kwargs(original: Callable[..., str]) -> Callable[..., str]:
+    """``hash_kwargs(algorithm, /, **kwargs)``, as vLLM has it from 0.27 on."""
+
     @functools.wraps(original)
     def hash_kwargs(cls: type, algorithm: Any, /, **kwargs: object) -> str:
-        call = _HashCall()
-        token = _current_hash.set(call)
-        started = perf_counter()
-        try:
-            key = original(cls, algorithm, **kwargs)
-        finally:
-            _current_hash.reset(token)
-        get_observer().hashed(Hashed(str(algorithm), perf_counter() - started, call.nbytes))
-        image = kwargs.get("image")
-        if image is not None:  # an image item's mm_hash, as the processor cache knows it
-            decode_skip.note_key(image, key)
-        return key
+        return _timed_hash(lambda: original(cls, algorithm, **kwargs), str(algorithm), kwargs)
 
     return hash_kwargs
+
+
+def hash_kwargs_reading_the_environment(original: Callable[..., str]) -> Callable[..., str]:
+    """``hash_kwargs(**kwargs)`` of vLLM 0.25 and 0.26, whose algorithm is ``VLLM_MM_HASHER_ALGORITHM``."""
+
+    @functools.wraps(original)
+    def hash_kwargs(cls: type, **kwargs: object) -> str:
+        algorithm = os.environ.get("VLLM_MM_HASHER_ALGORITHM", "blake3").lower()
+        return _timed_hash(lambda: original(cls, **kwargs), algorithm, kwargs)
+
+    return hash_kwargs
+
+
+def _timed_hash(call_original: Callable[[], str], algorithm: str, kwargs: dict[str, object]) -> str:
+    call = _HashCall()
+    token = _current_hash.set(call)
+    started = perf_counter()
+    try:
+        key = call_original()
+    finally:
+        _current_hash.reset(token)
+    get_observer().hashed(Hashed(algorithm, perf_counter() - started, call.nbytes))
+    image = kwargs.get("image")
+    if image is not None:  # an image item's mm_hash, as the processor cache knows it
+        decode_skip.note_key(image, key)
+    return key

@@ -65,6 +65,7 @@ from mmobs.vllm.context_hooks import context_make_async, context_submit, not_tra
 from mmobs.vllm.decode_skip import DECODE_SKIP_ENV, DecodeSkipper
 from mmobs.vllm.front_end_plan import front_end_plan
 from mmobs.vllm.probes import pixels, probe_decodes, probe_images, same_results
+from mmobs.vllm.releases import unproven
 from mmobs.vllm.shape import Plan, ShapeMismatch, registering, vllm_version
 from mmobs.vllm.shape import attribute as _attribute
 from mmobs.vllm.shape import function as _function
@@ -73,6 +74,7 @@ from mmobs.vllm.startup_log import LOGGER, say
 
 __all__ = [
     "DECODE_SKIP_ENV",
+    "EXIF_FIX_ENV",
     "FAST_KEYS_ENV",
     "GUARD_ENV",
     "PLUGIN_ENV",
@@ -88,6 +90,9 @@ PLUGIN_ENV = "MMOBS_VLLM_PLUGIN"
 FAST_KEYS_ENV = "MMOBS_VLLM_FAST_KEYS"
 #: ``MMOBS_VLLM_GUARD=1`` runs mmobs's structural checks before vLLM decodes an image.
 GUARD_ENV = "MMOBS_VLLM_GUARD"
+#: ``MMOBS_VLLM_EXIF_FIX=0`` keeps the bare ImageID read of vLLM 0.25 to 0.30 (a broken EXIF block is a 500),
+#: still counting each fallback the fix would have taken.
+EXIF_FIX_ENV = "MMOBS_VLLM_EXIF_FIX"
 
 _lock = threading.Lock()
 _HASHER = "vllm.multimodal.hasher"
@@ -135,10 +140,15 @@ def register() -> None:
             return
         try:
             skipper, skip_plan = _decode_skip_plan()
-            plan = _plan(skipper) + skip_plan
+            plan = _plan(skipper)
+            if any(name == "load_bytes" for _, name, _, _ in plan):
+                plan += skip_plan
+            else:  # the loader's hooks declined: decode-free hits, which live in them, too
+                skipper = None
             plan += _cache_plan()
             plan += _uuid_plan()
-            plan += front_end_plan()
+            if _carried("front_end", "the front end's stage timings"):
+                plan += front_end_plan()
         except ShapeMismatch as error:
             _declined = True
             say(
@@ -219,43 +229,123 @@ def unregister() -> None:
 
 
 def _plan(skipper: DecodeSkipper | None = None) -> Plan:
-    hasher = _module(_HASHER)
-    image = _module(_IMAGE)
-    media_image = _module(_MEDIA_IMAGE)
-    connector = _module(_CONNECTOR)
-    renderers = _module(_RENDERERS)
-    processor_class = _attribute(_module(_PROCESSOR), "BaseMultiModalProcessor")
+    """The hasher's hooks, and the loader's and the request context's, each declining alone."""
+    plan = _key_plan()
+    if _carried("loader", LOADER_FEATURE):
+        plan += _apart(LOADER_FEATURE, lambda: _loader_plan(skipper))
+    if _carried("context", CONTEXT_FEATURE):
+        plan += _apart(CONTEXT_FEATURE, _context_plan)
+    return plan
 
+
+LOADER_FEATURE = "the loader's refusals, guard and transpose failures"
+CONTEXT_FEATURE = "request ids in vLLM's threads and its dummy inputs"
+
+
+def _carried(feature: str, what: str) -> bool:
+    """Whether this vLLM release is one ``feature`` is proven on (:mod:`mmobs.vllm.releases`); else one warning."""
+    why = unproven(feature, vllm_version())
+    if why is not None:
+        say(logging.WARNING, "mmobs: %s are off: %s (docs/vllm.md, Versions).", what, why)
+    return why is None
+
+
+def _apart(feature: str, plan: Callable[[], Plan]) -> Plan:
+    """``plan()``, or nothing and one warning naming the feature, the vLLM release and what is off."""
+    try:
+        return plan()
+    except Exception as error:  # noqa: BLE001 - ShapeMismatch, or anything a foreign vLLM raises on import
+        say(
+            logging.WARNING,
+            "mmobs: %s are off: vLLM %s is not shaped as they need (%s: %s); the rest of the plugin is loaded.",
+            feature,
+            vllm_version(),
+            type(error).__name__,
+            error,
+        )
+        return []
+
+
+def _key_plan() -> Plan:
+    """The hasher: the tolerant ImageID read reported, each item's key source, each key's cost.
+
+    Without it nothing is counted, so a hasher of another shape declines the whole plugin. From vLLM
+    0.31 on the tolerant read is vLLM's ``_get_image_id_bytes``, replaced; before, the ImageID is read
+    bare inside ``serialize_item``, which gets the seed's fix (:func:`~mmobs.vllm.key_hooks.tolerant_image_id`).
+    """
+    why = unproven("keys", vllm_version())
+    if why is not None:
+        raise ShapeMismatch(f"its hasher is {why}")
+    hasher = _module(_HASHER)
     hasher_class = _attribute(hasher, "MultiModalHasher")
-    original_id_bytes = _function(hasher, "_get_image_id_bytes", parameters=1)
     original_factory = _function(hasher, "_get_hasher_factory", parameters=1)
     original_serialize = _classmethod(hasher_class, "serialize_item")
     original_hash_kwargs = _classmethod(hasher_class, "hash_kwargs")
+    plan: Plan = []
+    if hasattr(hasher, "_get_image_id_bytes"):
+        original_id_bytes = _function(hasher, "_get_image_id_bytes", parameters=1)
+        same_results(original_id_bytes, key_hooks.image_id_bytes, probe_images(), "_get_image_id_bytes")
+        plan.append((hasher, "_get_image_id_bytes", key_hooks.image_id_bytes, False))
+        serialize_item = original_serialize
+    else:
+        serialize_item = key_hooks.tolerant_image_id(original_serialize, fix=_enabled(EXIF_FIX_ENV, default="1"))
+        same_results(
+            _serialized(hasher_class, original_serialize),
+            _serialized(hasher_class, serialize_item),
+            probe_images(),
+            "serialize_item",
+        )
+    serialize_item = key_hooks.serialize_item(serialize_item)
+    if _enabled(FAST_KEYS_ENV):
+        serialize_item = _fast_keys(hasher_class, original_serialize, serialize_item)
+    if "algorithm" in inspect.signature(original_hash_kwargs).parameters:
+        hash_kwargs = key_hooks.hash_kwargs(original_hash_kwargs)
+    else:  # vLLM 0.25 and 0.26
+        hash_kwargs = key_hooks.hash_kwargs_reading_the_environment(original_hash_kwargs)
+    return [
+        *plan,
+        (hasher, "_get_hasher_factory", key_hooks.counting_factory(original_factory), False),
+        (hasher_class, "serialize_item", classmethod(serialize_item), False),
+        (hasher_class, "hash_kwargs", classmethod(hash_kwargs), False),
+    ]
+
+
+def _serialized(owner: type, serialize_item: Callable[..., Any]) -> Callable[[Any], bytes]:
+    """What ``serialize_item`` streams for a value, joined (to compare two of them on probes)."""
+    return lambda obj: b"".join(bytes(chunk) for chunk in serialize_item(owner, obj))
+
+
+def _fast_keys(owner: type, original: Callable[..., Any], serialize_item: Callable[..., Any]) -> Callable[..., Any]:
+    """``MMOBS_VLLM_FAST_KEYS=1``, where vLLM streams a plain image as mmobs's framed writer does; else one warning."""
+    from mmobs.keys.hashing import MultiModalHasher
+    from mmobs.vllm.fast_keys import fast_serialize_item
+
+    try:
+        same_results(
+            _serialized(owner, original),
+            lambda image: b"".join(bytes(chunk) for chunk in MultiModalHasher.serialize_item(image)),
+            probe_images(),
+            "serialize_item",
+        )
+    except ShapeMismatch as error:
+        say(logging.WARNING, "mmobs: fast keys are off: vLLM %s keys images otherwise (%s)", vllm_version(), error)
+        return serialize_item
+    return fast_serialize_item(serialize_item)
+
+
+def _loader_plan(skipper: DecodeSkipper | None) -> Plan:
+    """The loader: its refusals, the guard, decode-free hits and ``normalize_image``'s transpose failures."""
+    image = _module(_IMAGE)
+    media_image = _module(_MEDIA_IMAGE)
+    connector = _module(_CONNECTOR)
     original_normalize = _function(image, "normalize_image", parameters=1)
     loader_class = _attribute(media_image, "ImageMediaIO")
     original_load_bytes = _function(loader_class, "load_bytes", parameters=2)
-    original_make_async = _function(renderers, "make_async")
     connector_class = _attribute(connector, "MediaConnector")
     original_data_url = _function(connector_class, "_load_data_url", parameters=3)
-    original_dummy_inputs = _function(processor_class, "get_dummy_mm_inputs")
-    pool = _attribute(connector, "global_thread_pool")
-    if not callable(getattr(pool, "submit", None)):
-        raise ShapeMismatch(f"{_CONNECTOR}.global_thread_pool has no submit()")
-
-    same_results(original_id_bytes, key_hooks.image_id_bytes, probe_images(), "_get_image_id_bytes")
     same_results(original_normalize, loader_hooks.normalize_image, probe_images(), "normalize_image", compare=pixels)
-
     guard = _enabled(GUARD_ENV)
-    serialize_item = key_hooks.serialize_item(original_serialize)
-    if _enabled(FAST_KEYS_ENV):
-        from mmobs.vllm.fast_keys import fast_serialize_item
-
-        serialize_item = fast_serialize_item(serialize_item)
     plan: Plan = [
-        (hasher, "_get_image_id_bytes", key_hooks.image_id_bytes, False),
-        (hasher, "_get_hasher_factory", key_hooks.counting_factory(original_factory), False),
-        (hasher_class, "serialize_item", classmethod(serialize_item), False),
-        (hasher_class, "hash_kwargs", classmethod(key_hooks.hash_kwargs(original_hash_kwargs)), False),
         (loader_class, "load_bytes", loader_hooks.load_bytes(original_load_bytes, guard=guard, skipper=skipper), False),
         (
             connector_class,
@@ -263,9 +353,6 @@ def _plan(skipper: DecodeSkipper | None = None) -> Plan:
             loader_hooks.load_data_url(original_data_url, loader_class, guard=guard),
             False,
         ),
-        (renderers, "make_async", context_make_async(original_make_async), False),
-        (pool, "submit", context_submit(pool.submit), True),
-        (processor_class, "get_dummy_mm_inputs", not_traffic(original_dummy_inputs), False),
     ]
     # normalize_image is imported by name (media.image, parse, Molmo2...): rebind every
     # loaded vLLM module that holds vLLM's function; later importers read the patched source.
@@ -273,6 +360,23 @@ def _plan(skipper: DecodeSkipper | None = None) -> Plan:
         if getattr(module, "normalize_image", None) is original_normalize:
             plan.append((module, "normalize_image", loader_hooks.normalize_image, False))
     return plan
+
+
+def _context_plan() -> Plan:
+    """The request's context into vLLM's executor threads; vLLM's own dummy inputs kept out of the counts."""
+    renderers = _module(_RENDERERS)
+    connector = _module(_CONNECTOR)
+    processor_class = _attribute(_module(_PROCESSOR), "BaseMultiModalProcessor")
+    original_make_async = _function(renderers, "make_async")
+    original_dummy_inputs = _function(processor_class, "get_dummy_mm_inputs")
+    pool = _attribute(connector, "global_thread_pool")
+    if not callable(getattr(pool, "submit", None)):
+        raise ShapeMismatch(f"{_CONNECTOR}.global_thread_pool has no submit()")
+    return [
+        (renderers, "make_async", context_make_async(original_make_async), False),
+        (pool, "submit", context_submit(pool.submit), True),
+        (processor_class, "get_dummy_mm_inputs", not_traffic(original_dummy_inputs), False),
+    ]
 
 
 def _decode_skip_plan() -> tuple[DecodeSkipper | None, Plan]:
@@ -286,6 +390,8 @@ def _decode_skip_plan() -> tuple[DecodeSkipper | None, Plan]:
     from mmobs.vllm.cache_hooks import api_server_process
 
     if not api_server_process() or os.environ.get(DECODE_SKIP_ENV, "1").strip() == "0":
+        return None, []
+    if not _carried("decode_free_hits", "decode-free cache hits"):
         return None, []
     try:
         media_image = _module(_MEDIA_IMAGE)
@@ -329,7 +435,7 @@ def _cache_plan() -> Plan:
     """
     from mmobs.vllm import cache_hooks
 
-    if not cache_hooks.api_server_process():
+    if not cache_hooks.api_server_process() or not _carried("cache_drift", "cache drift counting and healing"):
         return []
     try:
         return cache_hooks.cache_plan()
@@ -353,7 +459,7 @@ def _uuid_plan() -> Plan:
     """
     from mmobs.vllm import cache_hooks, uuid_check
 
-    if not cache_hooks.api_server_process():
+    if not cache_hooks.api_server_process() or not _carried("uuid_checks", "client media uuid checks"):
         return []
     try:
         inputs_class = _attribute(_module(_INPUTS), "ProcessorInputs")
@@ -375,8 +481,8 @@ def _uuid_plan() -> Plan:
     return [(inputs_class, "get_mm_hashes", uuid_check.get_mm_hashes(original, checker), False)]
 
 
-def _enabled(variable: str) -> bool:
-    return os.environ.get(variable, "0").strip() == "1"
+def _enabled(variable: str, default: str = "0") -> bool:
+    return os.environ.get(variable, default).strip() == "1"
 
 
 def _classmethod(owner: type, name: str) -> Callable[..., Any]:

@@ -146,3 +146,23 @@ def test_the_middleware_page_lists_every_option() -> None:
         name for name in inspect.signature(MMObsMiddleware.__init__).parameters if name not in ("self", "app")
     ]
     assert sorted(listed) == sorted(parameters)
+
+
+def test_the_release_table_of_the_vllm_page_is_what_the_plugin_reads() -> None:
+    """Each release's row says what ``mmobs.vllm.releases`` and ``mmobs.keys.releases`` make of it."""
+    from mmobs.keys.releases import RELEASES, key_format
+    from mmobs.vllm.releases import unproven
+
+    text = section((DOCS / "vllm.md").read_text(encoding="utf-8"), "## Versions")
+    rows = [line.strip("|").split("|") for line in text.splitlines() if re.match(r"\| 0\.\d+\.\d+ \|", line)]
+    table = {cells[0].strip(): [cell.strip() for cell in cells[1:]] for cells in rows}
+    features = ["keys", "loader", "context", "decode_free_hits", "cache_drift", "uuid_checks", "front_end"]
+    expected = {
+        version: [
+            key_format(version).name,
+            "vLLM's" if key_format(version).tolerant_image_id else "mmobs's",
+            *("off" if unproven(feature, version) else "on" for feature in features),
+        ]
+        for version in RELEASES
+    }
+    assert table == expected

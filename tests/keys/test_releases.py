@@ -139,7 +139,7 @@ def _hash_for(version: str, algorithm: str, kwargs: dict[str, Any]) -> str:
 def test_golden_cases_key_as_the_release(reports: dict[str, Any], version: str) -> None:
     report = _report(reports, version)
     version = _keyed_as(version)
-    tolerant = key_format(version).framed  # 0.31 on read the ImageID tolerantly
+    tolerant = key_format(version).tolerant_image_id
     compared, pickled, raised = 0, [], []
     for case in golden.cases():
         theirs = report["cases"][case["id"]]
@@ -205,7 +205,7 @@ def test_image_files_key_as_the_release(reports: dict[str, Any], image_files: di
                 continue
             assert "refused" not in theirs, f"{label}: refused by vLLM {version} ({theirs['refused']}), not by mmobs"
             if "raised" in theirs["media"]:
-                assert not key_format(version).framed, (label, theirs)
+                assert not key_format(version).tolerant_image_id, (label, theirs)
                 assert ours == theirs["without_image_id"], label
                 counts["fallback"] += 1
             else:
@@ -215,7 +215,9 @@ def test_image_files_key_as_the_release(reports: dict[str, Any], image_files: di
     assert counts["equal"] > 0, counts
     assert sorted(differences) == sorted(_REFUSED_BY_MMOBS_ONLY), differences
     # The seed's image: a 500 before 0.31 (the hasher raises), the fix's key with mmobs.
-    assert ("raised" in report["files"]["bad-exif-header.jpg"]["RGB"]["media"]) == (not key_format(version).framed)
+    assert ("raised" in report["files"]["bad-exif-header.jpg"]["RGB"]["media"]) == (
+        not key_format(version).tolerant_image_id
+    )
 
 
 def _pixel_keys_agree(version: str, data: bytes, image_mode: str | None, theirs: dict[str, Any], label: str) -> None:
@@ -233,7 +235,7 @@ def _pixel_keys_agree(version: str, data: bytes, image_mode: str | None, theirs:
         assert "raised" in theirs["pixels"], f"{label}: plain Pillow raised {error!r} here only"
         return
     if "raised" in theirs["pixels"]:  # the bare ImageID read of the release, where mmobs falls back
-        assert not key_format(version).framed and recorder.fallbacks, (label, theirs["pixels"])
+        assert not key_format(version).tolerant_image_id and recorder.fallbacks, (label, theirs["pixels"])
     else:
         assert ours == theirs["pixels"]["key"], f"{label}: pixels"
 
@@ -272,6 +274,6 @@ def test_mmobs_hash_keys_as_the_release(reports: dict[str, Any], image_files: di
 def _image_alone_key(version: str, theirs: dict[str, Any]) -> str:
     """The release's key of a loaded file alone; where its hasher raised, the key the upstream fix gives."""
     if "raised" in theirs["image_alone"]:
-        assert not key_format(_keyed_as(version)).framed, theirs
+        assert not key_format(_keyed_as(version)).tolerant_image_id, theirs
         return str(theirs["image_alone_without_image_id"])
     return str(theirs["image_alone"]["key"])

@@ -72,8 +72,9 @@ def test_hash_text_output(files):
     assert "format=PNG mode=RGB size=" in result.stdout
 
 
-def test_hash_refuses_an_unknown_vllm_release_naming_the_known_ones(files):
-    result = run("hash", "--vllm-version", "0.24.0", str(files["photo.jpg"]))
+@pytest.mark.parametrize("command", ["hash", "serve"])
+def test_an_unknown_vllm_release_is_refused_naming_the_known_ones(files, command):
+    result = run(command, "--vllm-version", "0.24.0", *([str(files["photo.jpg"])] if command == "hash" else []))
     assert result.returncode == 2 and result.stdout == ""
     assert "mmobs does not know how vLLM '0.24.0' keys images; known releases: 0.25.0, 0.25.1," in result.stderr
     assert "0.34.0" in result.stderr

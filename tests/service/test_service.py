@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmobs import ImageMediaIO, MultiModalHasher
+from mmobs import ImageMediaIO, MultiModalHasher, key_for_bytes
 from mmobs.events import observing
 from mmobs.service.hash_request import count_json_values
 from tests.support import ServiceProcess, data_url, golden, images, metric_value
@@ -408,6 +408,28 @@ def test_metrics_token_and_openmetrics(tmp_path: Path):
         assert response.headers["content-type"].startswith("application/openmetrics-text")
         assert response.text.endswith("# EOF\n")
         assert "mmobs_hasher_info" in response.text
+    finally:
+        process.stop()
+
+
+# -- keys for a chosen vLLM release ----------------------------------------------------------------
+
+
+def test_serve_keys_as_the_vllm_release_it_is_told(tmp_path: Path):
+    """``--vllm-version 0.30.0``: that release's key format on both routes, the fallback counted as ever.
+
+    ``key_for_bytes(vllm_version=...)`` is held to each release's own hasher in tests/keys/test_releases.py.
+    """
+    photo = golden.input_bytes("palette.png")
+    process = ServiceProcess(tmp_path, "--vllm-version", "0.30.0")
+    try:
+        for route in ("/v1/hash", "/v1/keys"):
+            response = httpx.post(process.url + route, json={"images": [data_url(BAD_HEADER_JPEG), data_url(photo)]})
+            assert response.status_code == 200, response.text
+            keys = [item["mm_hash"] for item in response.json()["items"]]
+            assert keys == [key_for_bytes(data, vllm_version="0.30.0") for data in (BAD_HEADER_JPEG, photo)], route
+            assert keys[1] != key_for_bytes(photo), "0.30's format differs from the newest's"
+        assert metric_value(process.metrics(), FALLBACK, {"kind": "media_with_bytes", "exception": "SyntaxError"}) == 1
     finally:
         process.stop()
 

@@ -249,13 +249,13 @@ def main() -> None:
             warnings.append(record.getMessage())
 
     logging.getLogger("vllm.mmobs").addHandler(_Collect(logging.WARNING))
-    saved = hasher._get_image_id_bytes
-    del hasher._get_image_id_bytes
+    saved = hasher._get_hasher_factory
+    del hasher._get_hasher_factory
     plugin.register()
     plugin.register()
     report["registered_when_misshapen"] = plugin.registered()
     report["misshapen_warnings"] = warnings
-    hasher._get_image_id_bytes = saved
+    hasher._get_hasher_factory = saved
     print(json.dumps(report))
 
 

@@ -31,8 +31,16 @@ def releases_under_test() -> list[str]:
     return [name.strip() for name in named.split(",") if name.strip()] or list(RELEASES)
 
 
+_unpacked: dict[str, Path] = {}
+
+
 def unpack_release(version: str, directory: Path) -> Path:
-    """``directory``, holding release ``version``'s ``vllm`` package (Python files only); skips if unfetchable."""
+    """A folder holding release ``version``'s ``vllm`` package (Python files only); skips if unfetchable.
+
+    Unpacked into ``directory`` the first time a session asks, and that folder again after.
+    """
+    if version in _unpacked:
+        return _unpacked[version]
     wheels = directory / "wheel"
     done = subprocess.run(
         [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", f"vllm=={version}",
@@ -49,4 +57,5 @@ def unpack_release(version: str, directory: Path) -> Path:
     with zipfile.ZipFile(found[0]) as wheel:
         wheel.extractall(tree, [name for name in wheel.namelist() if name.startswith("vllm/") and name.endswith(".py")])
     found[0].unlink()  # hundreds of MB of kernels, no longer needed
+    _unpacked[version] = tree
     return tree

@@ -149,7 +149,7 @@ def test_the_off_switch_keeps_vllm_untouched(probe: dict[str, Any]) -> None:
 def test_a_misshapen_vllm_gets_one_warning_naming_its_version(probe: dict[str, Any]) -> None:
     assert probe["registered_when_misshapen"] is False
     (warning,) = probe["misshapen_warnings"]
-    assert "vLLM 0.33.0" in warning and "_get_image_id_bytes" in warning
+    assert "vLLM 0.33.0" in warning and "_get_hasher_factory" in warning
 
 
 def test_the_cache_drift_hooks_load_or_decline_with_one_warning(probe: dict[str, Any]) -> None:
