@@ -19,7 +19,6 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
-import os
 import subprocess
 import sys
 import warnings
@@ -36,7 +35,12 @@ from mmobs.events import RecordingObserver, observing
 from mmobs.keys.hashing import MultiModalHasher, UnsupportedTypeWarning
 from mmobs.keys.releases import NEWEST, RELEASES, key_format
 from tests.support import golden
-from tests.support.vllm_releases import REQUIRE_VLLM_RELEASES, releases_under_test, unpack_release
+from tests.support.vllm_releases import (
+    releases_under_test,
+    require_release_dependencies,
+    run_in_release,
+    unpack_release,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("release_probe.py")
@@ -68,28 +72,14 @@ def _probe(version: str, directory: Path, files: dict[str, Path]) -> dict[str, A
         tree = unpack_release(version, directory)
     except pytest.skip.Exception as skipped:
         return str(skipped)
-    request = directory / "request.json"
-    report = directory / "report.json"
-    request.write_text(
-        json.dumps(
-            {
-                "model_id": MODEL_ID,
-                "golden_inputs": str(golden.GOLDEN_DIR / "inputs"),
-                "cases": golden.cases(),
-                "files": {name: str(path) for name, path in files.items()},
-                "image_modes": IMAGE_MODES,
-            }
-        )
-    )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)]), "VLLM_NO_USAGE_STATS": "1"}
-    done = subprocess.run(
-        [sys.executable, str(PROBE), str(request), str(report)],
-        capture_output=True, text=True, timeout=900, env=env, cwd=directory,
-    )  # fmt: skip
-    assert done.returncode == 0, f"vLLM {version}'s probe failed:\n{done.stderr[-4000:]}"
-    found = json.loads(report.read_text())
-    assert found["vllm"] == version and found["vllm_file"].startswith(str(tree)), found["vllm_file"]
-    return found
+    request = {
+        "model_id": MODEL_ID,
+        "golden_inputs": str(golden.GOLDEN_DIR / "inputs"),
+        "cases": golden.cases(),
+        "files": {name: str(path) for name, path in files.items()},
+        "image_modes": IMAGE_MODES,
+    }
+    return run_in_release(version, tree, PROBE, request, directory)
 
 
 @pytest.fixture(scope="module")
@@ -100,11 +90,7 @@ def image_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def reports(image_files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any] | str]:
     """Each release's report (or the reason it has none), two releases probed at a time."""
-    if importlib.util.find_spec("torch") is None:
-        reason = "a release's hasher imports torch and vLLM's dependencies (.ci/install-vllm installs them)"
-        if REQUIRE_VLLM_RELEASES:
-            pytest.fail(f"{reason}; MMOBS_REQUIRE_VLLM_RELEASES=1 forbids skipping")
-        pytest.skip(reason)
+    require_release_dependencies()
     with ThreadPoolExecutor(2) as pool:
         futures = {
             version: pool.submit(_probe, version, tmp_path_factory.mktemp(f"vllm-{version}"), image_files)
@@ -238,12 +224,6 @@ def _pixel_keys_agree(version: str, data: bytes, image_mode: str | None, theirs:
         assert not key_format(version).tolerant_image_id and recorder.fallbacks, (label, theirs["pixels"])
     else:
         assert ours == theirs["pixels"]["key"], f"{label}: pixels"
-
-
-def test_every_known_release_is_under_test_by_default() -> None:
-    if os.environ.get("MMOBS_VLLM_RELEASES"):
-        pytest.skip("MMOBS_VLLM_RELEASES names the releases under test")
-    assert list(RELEASES) == RELEASES_UNDER_TEST
 
 
 @pytest.mark.parametrize("version", RELEASES_UNDER_TEST)

@@ -13,17 +13,21 @@ in CI). A release mmobs does not know yet is held to the newest one's format, th
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mmobs.keys.releases import RELEASES
 
 REQUIRE_VLLM_RELEASES = os.environ.get("MMOBS_REQUIRE_VLLM_RELEASES") == "1"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def releases_under_test() -> list[str]:
@@ -59,3 +63,38 @@ def unpack_release(version: str, directory: Path) -> Path:
     found[0].unlink()  # hundreds of MB of kernels, no longer needed
     _unpacked[version] = tree
     return tree
+
+
+def require_release_dependencies() -> None:
+    """Skip (or fail, under ``MMOBS_REQUIRE_VLLM_RELEASES=1``) where a release's hasher cannot import."""
+    if importlib.util.find_spec("torch") is None:
+        reason = "a release's hasher imports torch and vLLM's dependencies (.ci/install-vllm installs them)"
+        if REQUIRE_VLLM_RELEASES:
+            pytest.fail(f"{reason}; MMOBS_REQUIRE_VLLM_RELEASES=1 forbids skipping")
+        pytest.skip(reason)
+
+
+def run_in_release(
+    version: str, tree: Path, script: Path, request: dict[str, Any], directory: Path, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run ``script REQUEST.json REPORT.json`` with release ``version``'s sources first on the path; its report.
+
+    The report must name the release and a ``vllm`` imported from ``tree``, so that the vLLM of the
+    test's own environment can never answer in the release's place.
+    """
+    request_path, report_path = directory / f"{script.stem}-request.json", directory / f"{script.stem}-report.json"
+    request_path.write_text(json.dumps(request))
+    child_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)]),
+        "VLLM_NO_USAGE_STATS": "1",
+        **(env or {}),
+    }
+    done = subprocess.run(
+        [sys.executable, str(script), str(request_path), str(report_path)],
+        capture_output=True, text=True, timeout=900, env=child_env, cwd=directory,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{script.name} in vLLM {version} failed:\n{done.stderr[-4000:]}"
+    report: dict[str, Any] = json.loads(report_path.read_text())
+    assert report["vllm"] == version and report["vllm_file"].startswith(str(tree)), report["vllm_file"]
+    return report

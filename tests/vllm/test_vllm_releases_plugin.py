@@ -15,10 +15,7 @@ the plugin key the golden inputs:
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +25,13 @@ from mmobs import key_for_bytes
 from mmobs.keys.releases import key_format
 from mmobs.vllm.releases import FIRST_PROVEN, unproven
 from tests.support import golden
-from tests.support.vllm_releases import REQUIRE_VLLM_RELEASES, releases_under_test, unpack_release
+from tests.support.vllm_releases import (
+    releases_under_test,
+    require_release_dependencies,
+    run_in_release,
+    unpack_release,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("release_plugin_probe.py")
 SEED = "bad-exif-header.jpg"
 FALLBACK = "mmobs_exif_fallback_total{exception=SyntaxError,kind=media_with_bytes}"
@@ -51,30 +52,10 @@ DECLINED_LINES = {
 
 
 def _probe(version: str, directory: Path, fix: bool) -> dict[str, Any]:
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        reason = "a release's hasher imports torch and vLLM's dependencies (.ci/install-vllm installs them)"
-        if REQUIRE_VLLM_RELEASES:
-            pytest.fail(f"{reason}; MMOBS_REQUIRE_VLLM_RELEASES=1 forbids skipping")
-        pytest.skip(reason)
+    require_release_dependencies()
     tree = unpack_release(version, directory)
-    request, report = directory / f"request-{fix}.json", directory / f"report-{fix}.json"
-    request.write_text(json.dumps({path.name: str(path) for path in sorted((golden.GOLDEN_DIR / "inputs").iterdir())}))
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)]),
-        "VLLM_NO_USAGE_STATS": "1",
-        "MMOBS_VLLM_EXIF_FIX": "1" if fix else "0",
-    }
-    done = subprocess.run(
-        [sys.executable, str(PROBE), str(request), str(report)],
-        capture_output=True, text=True, timeout=600, env=env, cwd=directory,
-    )  # fmt: skip
-    assert done.returncode == 0, f"vLLM {version}'s plugin probe failed:\n{done.stderr[-4000:]}"
-    found = json.loads(report.read_text())
-    assert found["vllm"] == version and found["vllm_file"].startswith(str(tree)), found["vllm_file"]
-    return found
+    files = {path.name: str(path) for path in sorted((golden.GOLDEN_DIR / "inputs").iterdir())}
+    return run_in_release(version, tree, PROBE, files, directory, env={"MMOBS_VLLM_EXIF_FIX": "1" if fix else "0"})
 
 
 @pytest.fixture(scope="module", params=RELEASES)
