@@ -72,10 +72,15 @@ def vllm_server_fixture(scope: str = "session") -> Callable[[Launcher], Any]:
 
 
 def kinds_in_order_of_use(items: Sequence[pytest.Item]) -> list[str]:
-    """The declared kinds the items use (through any fixture they depend on), in the order of first use."""
+    """The declared kinds the items use, in the order of first use.
+
+    An item uses a kind through any fixture it depends on, or by naming it in a ``vllm_servers`` mark (a
+    parametrized test that takes each case's servers with ``request.getfixturevalue``).
+    """
     order: dict[str, None] = {}
     for item in items:
-        for name in getattr(item, "fixturenames", ()):
+        marked = (name for mark in item.iter_markers("vllm_servers") for name in mark.args)
+        for name in (*getattr(item, "fixturenames", ()), *marked):
             if name in LAUNCHERS:
                 order.setdefault(name)
     return list(order)

