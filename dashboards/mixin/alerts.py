@@ -254,11 +254,12 @@ def build(config: MixinConfig, *, inline: bool = False) -> list[Alert]:
             "warning",
             "Replicas of one job compute different cache keys for the same media.",
             "For 15 minutes the replicas of job {{ $labels.job }} reported {{ $value }} different "
-            "mmobs_hasher_info fingerprints: they would key the same image differently (different Pillow, numpy "
-            "or mmobs), which splits the shared cache. Find the odd replicas with count by (fingerprint, pillow, "
-            'numpy, mmobs) (mmobs_hasher_info{job="{{ $labels.job }}"}).',
+            "mmobs_hasher_info fingerprints: they would key the same image differently (a different vLLM key "
+            "format, Pillow, numpy or mmobs), which splits the shared cache. Find the odd replicas, and the key "
+            "format each keys in, with count by (fingerprint, key_format, pillow, numpy, mmobs) "
+            '(mmobs_hasher_info{job="{{ $labels.job }}"}).',
             "> 1 distinct fingerprint in a job for 15m. Replicas behind one cache\n"
-            "must key identically. A rolling upgrade that changes Pillow or numpy shows\n"
+            "must key identically. A rolling upgrade that changes vLLM, Pillow or numpy shows\n"
             "2 fingerprints briefly; 15m covers a normal rollout.",
             GrafanaChoices(
                 "OK",

@@ -155,22 +155,23 @@ def fleet(query: QueryStyle) -> list[dict[str, Any]]:
         ),
         table(
             "Instances per fingerprint",
-            "One row per fingerprint and library versions, with the number of replicas reporting it. More than "
-            "one row means the fleet disagrees on keys: the row with fewer instances is usually the odd one out "
-            "(a stale image or an unpinned Pillow/numpy).",
+            "One row per fingerprint, key format and library versions, with the number of replicas reporting it. "
+            "More than one row means the fleet disagrees on keys: the row with fewer instances is usually the odd "
+            "one out (a stale image, an unpinned Pillow/numpy, or a vLLM release keying in another format: "
+            "key_format names the first vLLM release of the format).",
             "short",
-            f"count by (fingerprint, mmobs, pillow, numpy) ({info})",
+            f"count by (fingerprint, key_format, mmobs, pillow, numpy) ({info})",
             rename={"Value": "instances"},
-            order=["fingerprint", "instances", "mmobs", "pillow", "numpy"],
+            order=["fingerprint", "instances", "key_format", "mmobs", "pillow", "numpy"],
         ),
         table(
             "Fingerprint by instance",
             "Every replica with its hasher fingerprint and library versions. Run `mmobs fingerprint` on a replica "
             "to see the per-input reference keys behind its fingerprint and diff two replicas that disagree.",
             "short",
-            f"max by (job, instance, fingerprint, mmobs, pillow, numpy) ({info})",
+            f"max by (job, instance, fingerprint, key_format, mmobs, pillow, numpy) ({info})",
             rename={"Value": "info"},
-            order=["job", "instance", "fingerprint", "mmobs", "pillow", "numpy", "info"],
+            order=["job", "instance", "fingerprint", "key_format", "mmobs", "pillow", "numpy", "info"],
         ),
     ]
 

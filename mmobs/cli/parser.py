@@ -152,6 +152,12 @@ def _add_inspect(command: NewCommand) -> None:
 def _add_fingerprint(command: NewCommand) -> None:
     fingerprint_parser = command("fingerprint", "print this install's fleet fingerprint")
     fingerprint_parser.add_argument("--json", action="store_true", help="the digest and every reference key as JSON")
+    fingerprint_parser.add_argument(
+        "--vllm-version",
+        type=_vllm_version,
+        default=NEWEST,
+        help="the fingerprint of a process keying as this vLLM release (mmobs serve --vllm-version, the plugin in it)",
+    )
     fingerprint_parser.set_defaults(handler=run_fingerprint)
 
 

@@ -7,6 +7,12 @@ one reference input, hence a different fingerprint. Exported as the
 ``fingerprint`` label of ``mmobs_hasher_info``, a mismatch is one PromQL
 expression away: ``count(count by (fingerprint) (mmobs_hasher_info)) > 1``.
 
+A process keys in one vLLM release's format (:mod:`mmobs.keys.releases`): the newest, unless
+``mmobs serve --vllm-version`` names another or the vLLM plugin runs inside an older vLLM, which says
+so with :func:`key_with_release`. The fingerprint digests the reference keys in that format, and the
+``key_format`` label of ``mmobs_hasher_info`` names it, so that a fleet halfway through a vLLM
+upgrade shows as two fingerprints, each naming its format.
+
 The reference inputs are committed bytes (``mmobs/reference/``), never
 encoded at run time, so encoder differences do not count as disagreement.
 Hashing them runs with reporting switched off for this context, so the
@@ -29,10 +35,18 @@ from blake3 import blake3
 from PIL import Image
 
 from mmobs.events import observing
-from mmobs.keys.hashing import IMAGE_ID_TAG, MultiModalHasher
+from mmobs.keys.hashing import IMAGE_ID_TAG, MultiModalHasher, ReleaseHasher
 from mmobs.keys.loader import ImageMediaIO
+from mmobs.keys.releases import key_format
 
-__all__ = ["FINGERPRINT_HEX_CHARS", "Fingerprint", "compute_fingerprint", "process_fingerprint"]
+__all__ = [
+    "FINGERPRINT_HEX_CHARS",
+    "Fingerprint",
+    "compute_fingerprint",
+    "key_with_release",
+    "keying_release",
+    "process_fingerprint",
+]
 
 FINGERPRINT_HEX_CHARS = 16
 
@@ -43,6 +57,8 @@ class Fingerprint:
 
     digest: str
     keys: dict[str, str]
+    #: The name of the key format the keys are in (``mmobs.keys.releases``), e.g. ``"0.33"``.
+    key_format: str
 
 
 def _reference_bytes(name: str) -> bytes:
@@ -65,15 +81,16 @@ def _opened_input(name: str) -> dict[str, Any]:
     return {"image": _opened(name)}
 
 
-def _loaded_input(name: str) -> dict[str, Any]:
-    return {"image": ImageMediaIO().load_bytes(_reference_bytes(name))}
+def _loaded_input(name: str, vllm_version: str | None) -> dict[str, Any]:
+    return {"image": ImageMediaIO(vllm_version=vllm_version).load_bytes(_reference_bytes(name))}
 
 
-def _pixels_input(name: str) -> dict[str, Any]:
-    return {"image": ImageMediaIO(image_mode=None).load_bytes(_reference_bytes(name)).media}
+def _pixels_input(name: str, vllm_version: str | None) -> dict[str, Any]:
+    loaded = ImageMediaIO(image_mode=None, vllm_version=vllm_version).load_bytes(_reference_bytes(name))
+    return {"image": getattr(loaded, "media", loaded)}
 
 
-def _reference_inputs() -> dict[str, Callable[[], dict[str, Any]]]:
+def _reference_inputs(vllm_version: str | None) -> dict[str, Callable[[], dict[str, Any]]]:
     """Name -> a builder of fresh ``hash_kwargs`` arguments (images are stateful)."""
     files = (
         "bad-exif-header.jpg",
@@ -88,8 +105,8 @@ def _reference_inputs() -> dict[str, Callable[[], dict[str, Any]]]:
     inputs: dict[str, Callable[[], dict[str, Any]]] = {}
     for name in files:
         inputs[f"open:{name}"] = partial(_opened_input, name)
-        inputs[f"media:{name}"] = partial(_loaded_input, name)
-        inputs[f"pixels:{name}"] = partial(_pixels_input, name)
+        inputs[f"media:{name}"] = partial(_loaded_input, name, vllm_version)
+        inputs[f"pixels:{name}"] = partial(_pixels_input, name, vllm_version)
     array = np.arange(24, dtype=">i4").reshape(4, 6)
     inputs["ndarray:noncontiguous"] = lambda: {"data": array.T}
     inputs["ndarray:0d"] = lambda: {"data": np.array(0.1, dtype=np.float32)}
@@ -102,25 +119,66 @@ def _reference_inputs() -> dict[str, Callable[[], dict[str, Any]]]:
     return inputs
 
 
-def compute_fingerprint() -> Fingerprint:
-    """Hash every reference input (reporting nothing) and digest the keys."""
+def _hasher(vllm_version: str | None) -> Callable[..., str]:
+    """``hash_kwargs`` with blake3, in release ``vllm_version``'s format (the newest for ``None``)."""
+    if vllm_version is None:
+        return partial(MultiModalHasher.hash_kwargs, "blake3")
+    hasher = MultiModalHasher.for_vllm(vllm_version)
+    if isinstance(hasher, ReleaseHasher):
+        return partial(hasher.hash_kwargs, "blake3")
+    return hasher.hash_kwargs  # 0.25 and 0.26 read the algorithm from the environment (blake3 by default)
+
+
+def compute_fingerprint(vllm_version: str | None = None) -> Fingerprint:
+    """Hash every reference input (reporting nothing) in release ``vllm_version``'s format; digest the keys.
+
+    Raises :class:`~mmobs.errors.InvalidOptionError` for a release mmobs does not know.
+    """
+    fmt = key_format(vllm_version)
+    hash_kwargs = _hasher(vllm_version)
     keys: dict[str, str] = {}
     # Reference inputs are malformed on purpose; Pillow's "Corrupt EXIF data"
     # warnings about them are expected noise, not news.
     with observing(None), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        for name, build in _reference_inputs().items():
+        for name, build in _reference_inputs(vllm_version).items():
             try:
-                keys[name] = MultiModalHasher.hash_kwargs("blake3", **build())
+                keys[name] = hash_kwargs(**build())
             except Exception as error:  # noqa: BLE001 - a failure is itself a difference
                 keys[name] = f"error:{type(error).__name__}"
-    summary = blake3()
+    # The format's name is digested too: releases whose formats key the reference images alike (0.27 and
+    # 0.30 differ on video tensors, 0.31 and 0.33 on transparent RGB images) still key other media apart.
+    summary = blake3(f"key_format={fmt.name}\n".encode())
     for name in sorted(keys):
         summary.update(f"{name}={keys[name]}\n".encode())
-    return Fingerprint(summary.hexdigest()[:FINGERPRINT_HEX_CHARS], keys)
+    return Fingerprint(summary.hexdigest()[:FINGERPRINT_HEX_CHARS], keys, fmt.name)
+
+
+_keying_release: str | None = None
+
+
+def key_with_release(vllm_version: str | None) -> None:
+    """Say that this process keys in release ``vllm_version``'s format (``None``: the newest).
+
+    Called once, at start-up, before the first hash: by ``mmobs serve --vllm-version`` and by the vLLM
+    plugin inside a vLLM whose format is not the newest. The process's fingerprint follows it. Raises
+    :class:`~mmobs.errors.InvalidOptionError` for a release mmobs does not know.
+    """
+    global _keying_release
+    key_format(vllm_version)
+    _keying_release = vllm_version
+
+
+def keying_release() -> str | None:
+    """The release whose key format this process keys in (``None``: the newest)."""
+    return _keying_release
+
+
+def process_fingerprint() -> Fingerprint:
+    """The fingerprint of this process, in the format it keys in; computed once per format."""
+    return _fingerprint_of(_keying_release)
 
 
 @cache
-def process_fingerprint() -> Fingerprint:
-    """The fingerprint of this process, computed once."""
-    return compute_fingerprint()
+def _fingerprint_of(vllm_version: str | None) -> Fingerprint:
+    return compute_fingerprint(vllm_version)

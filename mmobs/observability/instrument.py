@@ -67,10 +67,12 @@ def metrics_for(registry: CollectorRegistry | None = None) -> HasherMetrics:
 
 
 def set_hasher_info(metrics: HasherMetrics) -> str:
-    """Set ``mmobs_hasher_info`` to 1 with this process's fingerprint; return the fingerprint."""
-    digest = process_fingerprint().digest
-    metrics.hasher_info.labels(digest, __version__, PIL.__version__, np.__version__).set(1)
-    return digest
+    """Set ``mmobs_hasher_info`` to 1 with this process's fingerprint and key format; return the fingerprint."""
+    fingerprint = process_fingerprint()
+    metrics.hasher_info.labels(
+        fingerprint.digest, fingerprint.key_format, __version__, PIL.__version__, np.__version__
+    ).set(1)
+    return fingerprint.digest
 
 
 def content_digest(data: bytes | memoryview) -> str:

@@ -149,8 +149,9 @@ HASHER_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "hasher_info", Gauge, "mmobs_hasher_info",
         "Always 1. The fingerprint label digests the keys of built-in reference "
-        "inputs: replicas that would key an image differently disagree on it.",
-        ("fingerprint", "mmobs", "pillow", "numpy"), {"multiprocess_mode": "max"},
+        "inputs: replicas that would key an image differently disagree on it. key_format "
+        "names the vLLM key format the process keys in (the first release of it, e.g. 0.33).",
+        ("fingerprint", "key_format", "mmobs", "pillow", "numpy"), {"multiprocess_mode": "max"},
     ),
     MetricSpec(
         "key_paths", Counter, "mmobs_key_paths_total",

@@ -51,6 +51,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from mmobs.asgi.middleware import MMObsMiddleware
+from mmobs.observability.fingerprint import key_with_release
 from mmobs.observability.logs import configure_logging
 from mmobs.service.config import ServiceConfig
 from mmobs.service.error_responses import http_exception_handler, server_error_handler
@@ -66,6 +67,8 @@ __all__ = ["HashService", "RequestError", "ServiceConfig", "create_app"]
 def create_app(config: ServiceConfig | None = None) -> Starlette:
     """The reference service (config from ``MMOBS_SERVICE_CONFIG`` when not given)."""
     config = config or ServiceConfig.from_env()
+    # The process keys in this release's format (the newest by default): its fingerprint says so.
+    key_with_release(config.vllm_version)
     if "PILLOW_BLOCKS_MAX" not in os.environ and config.decode_workers == 0:
         # Decoding in this process: reuse freed pixel blocks instead of faulting fresh
         # memory in for every image, 1.1-1.3x the images/s (docs/performance.md), at

@@ -59,6 +59,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mmobs.errors import InvalidOptionError
+from mmobs.observability.fingerprint import key_with_release
 from mmobs.observability.stdlib_events import log_events_to_stdlib
 from mmobs.vllm import decode_skip, key_hooks, loader_hooks
 from mmobs.vllm.context_hooks import context_make_async, context_submit, not_traffic
@@ -173,9 +175,21 @@ def register() -> None:
             _applied.append(_Replacement(target, name, inspect.getattr_static(target, name), instance_attribute))
             setattr(target, name, replacement)
         decode_skip.activate(skipper)
+        _fingerprint_in_the_running_release()
         # One log stream: mmobs's events become records of vLLM's logger tree (while structlog is unconfigured).
         log_events_to_stdlib(LOGGER.name)
         say(logging.INFO, "%s", _startup_line(plan, skipper))
+
+
+def _fingerprint_in_the_running_release() -> None:
+    """The process keys as the running vLLM keys: its fingerprint is in that release's key format.
+
+    A release mmobs does not know yet is held to the newest format, as its keys are.
+    """
+    try:
+        key_with_release(vllm_version())
+    except InvalidOptionError:
+        key_with_release(None)
 
 
 def _startup_line(plan: Plan, skipper: DecodeSkipper | None) -> str:

@@ -72,7 +72,7 @@ def test_hash_text_output(files):
     assert "format=PNG mode=RGB size=" in result.stdout
 
 
-@pytest.mark.parametrize("command", ["hash", "serve"])
+@pytest.mark.parametrize("command", ["hash", "serve", "fingerprint"])
 def test_an_unknown_vllm_release_is_refused_naming_the_known_ones(files, command):
     result = run(command, "--vllm-version", "0.24.0", *([str(files["photo.jpg"])] if command == "hash" else []))
     assert result.returncode == 2 and result.stdout == ""
@@ -128,7 +128,8 @@ def test_fingerprint_text_matches_library():
     lines = run("fingerprint", check=True).stdout.splitlines()
     fingerprint = compute_fingerprint()
     assert lines[0] == fingerprint.digest
-    assert len(lines) == 1 + len(fingerprint.keys)
+    assert lines[1].split() == ["key", "format", "0.33"]
+    assert len(lines) == 2 + len(fingerprint.keys)
 
 
 @pytest.mark.parametrize("args", [["serve", "--workers", "0"], ["serve", "--port", "http"], ["hash"], ["nonsense"]])

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from mmobs import ImageMediaIO, MultiModalHasher, key_for_bytes
 from mmobs.events import observing
+from mmobs.observability.fingerprint import compute_fingerprint
 from mmobs.service.hash_request import count_json_values
 from tests.support import ServiceProcess, data_url, golden, images, metric_value
 
@@ -282,7 +283,6 @@ def test_nothing_yielded_a_5xx(service, client):
 def test_healthz(client):
     payload = client.get("/healthz").json()
     assert payload["status"] == "ok"
-    from mmobs.observability.fingerprint import compute_fingerprint
 
     assert payload["fingerprint"] == compute_fingerprint().digest
 
@@ -429,7 +429,14 @@ def test_serve_keys_as_the_vllm_release_it_is_told(tmp_path: Path):
             keys = [item["mm_hash"] for item in response.json()["items"]]
             assert keys == [key_for_bytes(data, vllm_version="0.30.0") for data in (BAD_HEADER_JPEG, photo)], route
             assert keys[1] != key_for_bytes(photo), "0.30's format differs from the newest's"
-        assert metric_value(process.metrics(), FALLBACK, {"kind": "media_with_bytes", "exception": "SyntaxError"}) == 1
+        metrics = process.metrics()
+        assert metric_value(metrics, FALLBACK, {"kind": "media_with_bytes", "exception": "SyntaxError"}) == 1
+        # The fleet fingerprint is 0.30's, and says so: a router keying for a 0.30 fleet shows as one.
+        fingerprint = compute_fingerprint("0.30.0")
+        (info,) = [line for line in metrics.splitlines() if line.startswith("mmobs_hasher_info{")]
+        assert f'fingerprint="{fingerprint.digest}"' in info and 'key_format="0.30"' in info, info
+        assert fingerprint.digest != compute_fingerprint().digest
+        assert httpx.get(process.url + "/healthz").json()["fingerprint"] == fingerprint.digest
     finally:
         process.stop()
 

@@ -29,6 +29,7 @@ import pytest
 from mmobs import BadImageError, ImageMediaIO, MultiModalHasher, key_for_bytes
 from mmobs.events import RecordingObserver, observing
 from mmobs.keys.releases import key_format
+from mmobs.observability.fingerprint import compute_fingerprint
 from mmobs.observability.metrics import exception_label
 from mmobs.vllm.releases import FIRST_PROVEN, unproven
 from tests.support import data_url, golden
@@ -149,8 +150,14 @@ def test_the_seeds_image_is_answered_and_counted_where_vllm_alone_answers_500(
     assert [type(error) for error in errors] == [SyntaxError]
     before = with_mmobs.samples()
     assert chat(with_mmobs, SEED).choices[0].message.content is not None
-    assert counted(before, with_mmobs.samples()) == expected
+    after = with_mmobs.samples()
+    assert counted(before, after) == expected
     assert chat(with_mmobs, PHOTO).choices[0].message.content is not None
+
+    # The fleet fingerprint is in the release's key format, and names it.
+    (info,) = [dict(labels) for name, labels in after if name == "mmobs_hasher_info"]
+    fingerprint = compute_fingerprint(release)
+    assert (info["fingerprint"], info["key_format"]) == (fingerprint.digest, key_format(release).name), info
 
 
 @each_release(list(RENDER_FLAGS))
