@@ -316,7 +316,8 @@ def _add_connection_options(serve: argparse.ArgumentParser, defaults: ServiceCon
         type=_positive_float,
         default=defaults.header_timeout_seconds,
         metavar="S",
-        help="seconds a connection has to send a request's headers",
+        help="seconds a connection has to send a request's headers, from its opening or its previous response "
+        "(a kept-alive connection's idle limit)",
     )
     serve.add_argument(
         "--body-timeout",
