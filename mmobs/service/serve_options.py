@@ -9,8 +9,8 @@ limits, and :mod:`mmobs.service.serve` only runs what it is given. Like
 
 from __future__ import annotations
 
-import os
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
