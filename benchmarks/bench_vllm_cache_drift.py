@@ -196,10 +196,10 @@ def part_three() -> dict[str, float]:
     import asyncio
     import timeit
 
-    from mmobs.vllm import cache_heal, cache_hooks
-    from mmobs.vllm.cache_attempt import Attempt, current_attempt
-    from mmobs.vllm.cache_drift import DriftBook
-    from mmobs.vllm.cache_metrics import CacheDriftMetrics
+    from mmobs.vllm.cache_drift import cache_heal, cache_hooks
+    from mmobs.vllm.cache_drift.cache_attempt import Attempt, current_attempt
+    from mmobs.vllm.cache_drift.cache_metrics import CacheDriftMetrics
+    from mmobs.vllm.cache_drift.drift import DriftBook
 
     book = DriftBook(CacheDriftMetrics(registry=__import__("prometheus_client").CollectorRegistry()), logger=object())
 

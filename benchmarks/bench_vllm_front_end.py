@@ -4,7 +4,7 @@ In process, with the real vLLM 0.33 (``.ci/install-vllm``) and the plugin
 registered. Each hook wraps a stage that does nothing (so that a decode's own
 noise, hundreds of microseconds, does not hide a microsecond) and runs with its
 stage timing on and with it off (the hooks' one gate,
-:func:`mmobs.vllm.front_end.watched`, answering "not traffic"), interleaved in
+:func:`mmobs.vllm.front_end.stages.watched`, answering "not traffic"), interleaved in
 the same rounds; the difference is what the timing adds, divided by the
 observations it makes:
 
@@ -45,8 +45,9 @@ def run(cfg: Config, out: harness.Report) -> None:
         out("vLLM is not installed (`.ci/install-vllm`): skipped.")
         out()
         return
-    from mmobs.vllm import front_end, loader_hooks, plugin
-    from mmobs.vllm.front_end_metrics import FrontEndMetrics
+    from mmobs.vllm import loader_hooks, plugin
+    from mmobs.vllm.front_end import stages as front_end
+    from mmobs.vllm.front_end.front_end_metrics import FrontEndMetrics
 
     plugin.unregister()
     plugin.register()

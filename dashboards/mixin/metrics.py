@@ -53,7 +53,7 @@ MMOBS_METRICS: frozenset[str] = frozenset(
     }
 )
 
-# -- mmobs inside vLLM's API server (mmobs/vllm/cache_metrics.py) -------------------------
+# -- mmobs inside vLLM's API server (mmobs/vllm/cache_drift/cache_metrics.py) -------------------------
 #: Items the engine did not hold though the API server sent them by hash; items the API server's own
 #: sender cache lost within a request; drifted items whose hash drifted recently before; requests
 #: failed by drift, by outcome (healed, failed); items rolled back out of the sender cache.
@@ -75,7 +75,7 @@ VLLM_CACHE_DRIFT_METRICS: frozenset[str] = frozenset(
     }
 )
 
-# -- mmobs inside vLLM's API server (mmobs/vllm/decode_metrics.py) ------------------------
+# -- mmobs inside vLLM's API server (mmobs/vllm/decode_free_hits/decode_metrics.py) ------------------------
 #: Images not decoded again on a processor-cache hit, and the CPU seconds their first decode took;
 #: skipped decodes done after all (something read the pixels), and their CPU seconds.
 VLLM_SKIPPED_DECODES = "mmobs_vllm_skipped_decodes_total"
@@ -96,7 +96,7 @@ VLLM_DECODE_SKIP_METRICS: frozenset[str] = frozenset(
     }
 )
 
-# -- mmobs inside vLLM's API server (mmobs/vllm/uuid_metrics.py) --------------------------
+# -- mmobs inside vLLM's API server (mmobs/vllm/uuid_checks/uuid_metrics.py) --------------------------
 #: Items that came with a client uuid (checked against their content, or sent by uuid alone), and the
 #: uuids vLLM would key as an earlier item's with other content (refused or counted); the index's size.
 VLLM_UUID_ITEMS = "mmobs_vllm_mm_uuid_items_total"
@@ -108,7 +108,7 @@ VLLM_UUID_CHECK_METRICS: frozenset[str] = frozenset(
     {VLLM_UUID_ITEMS, VLLM_UUID_CONFLICTS, VLLM_UUID_INDEX_ENTRIES, VLLM_UUID_INDEX_BYTES}
 )
 
-# -- mmobs inside vLLM's API server (mmobs/vllm/front_end_metrics.py) ---------------------
+# -- mmobs inside vLLM's API server (mmobs/vllm/front_end/front_end_metrics.py) ---------------------
 #: The multimodal front end's stages: downloads (seconds and bytes), data URLs' base64, image
 #: decodes, the HF processor on a request's misses (seconds and items), and the whole front end.
 VLLM_MEDIA_DOWNLOAD = "mmobs_vllm_mm_media_download_seconds"

@@ -17,17 +17,17 @@ Environment switches (read when vLLM loads the plugin):
   pixel path (the same keys, proven by the differential tests).
 * ``MMOBS_VLLM_DECODE_FREE_HITS=0``: decode every image, as vLLM does; by
   default the API server does not decode again bytes it decoded before whose
-  key its processor cache holds (:mod:`mmobs.vllm.decode_skip`); the index of
+  key its processor cache holds (:mod:`mmobs.vllm.decode_free_hits.decode_skip`); the index of
   those decodes is bounded by ``MMOBS_VLLM_DECODED_INDEX_ENTRIES`` and
   ``MMOBS_VLLM_DECODED_INDEX_BYTES``.
 * ``MMOBS_VLLM_UUID_CONFLICTS=count``: only count and log a client media uuid that
   vLLM would key as an earlier item's, with other content; by default such an item
-  is refused with a 400 (:mod:`mmobs.vllm.uuid_check`); the uuids remembered are
+  is refused with a 400 (:mod:`mmobs.vllm.uuid_checks.uuid_check`); the uuids remembered are
   bounded by ``MMOBS_VLLM_UUID_INDEX_ENTRIES`` and ``MMOBS_VLLM_UUID_INDEX_BYTES``.
 * ``MMOBS_VLLM_MM_CACHE_HEAL=0``: only count vLLM's multimodal cache drift
   (``mmobs_vllm_mm_cache_*``); by default mmobs also rolls back the sender cache
   after a refused request, resubmits a drift-failed chat completion once and
-  answers what it cannot resubmit with a 503 (:mod:`mmobs.vllm.cache_heal`,
+  answers what it cannot resubmit with a 503 (:mod:`mmobs.vllm.cache_drift.cache_heal`,
   ``docs/vllm-cache-drift.md``).
 """
 

@@ -11,10 +11,10 @@ that imported it by name, Molmo2's included)
 =============================================  =====================================
 
 With the guard (``MMOBS_VLLM_GUARD=1``) mmobs's structural checks run before
-vLLM decodes; with decode-free hits (:mod:`mmobs.vllm.decode_skip`, on by
+vLLM decodes; with decode-free hits (:mod:`mmobs.vllm.decode_free_hits.decode_skip`, on by
 default) bytes this process already decoded, whose key the processor cache
 holds, are not decoded again. Each load and each data URL's base64 is timed
-(:mod:`mmobs.vllm.front_end`).
+(:mod:`mmobs.vllm.front_end.stages`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from mmobs.errors import BadImageError, BadImageReason, is_reported, mark_report
 from mmobs.events import TransposeFailure, get_observer
 from mmobs.keys.guard import check_image_bytes
 from mmobs.keys.refusals import bad_image_from_pillow, empty_image_error, report_bad_image
-from mmobs.vllm import decode_skip, front_end
+from mmobs.vllm.decode_free_hits import decode_skip
+from mmobs.vllm.front_end import stages as front_end
 from mmobs.vllm.shape import vllm_max_pixels
 
 __all__ = ["load_bytes", "load_data_url", "normalize_image", "vllm_message"]

@@ -11,18 +11,18 @@ registration and the plan; the replacements live beside it:
 =============================================  =====================================
 module                                         wraps
 =============================================  =====================================
-:mod:`mmobs.vllm.key_hooks`                    the hasher: ImageID read,
+:mod:`mmobs.vllm.keys.key_hooks`                    the hasher: ImageID read,
                                                ``serialize_item``, ``hash_kwargs``
 :mod:`mmobs.vllm.loader_hooks`                 ``normalize_image``, ``load_bytes``,
                                                ``_load_data_url`` (refusals, guard)
-:mod:`mmobs.vllm.decode_skip`                  (inside ``load_bytes``) decode-free
+:mod:`mmobs.vllm.decode_free_hits.decode_skip`                  (inside ``load_bytes``) decode-free
                                                processor-cache hits, API server only
-:mod:`mmobs.vllm.cache_hooks`                  the processor cache drift, API server
+:mod:`mmobs.vllm.cache_drift.cache_hooks`                  the processor cache drift, API server
                                                only
-:mod:`mmobs.vllm.uuid_check`                   ``ProcessorInputs.get_mm_hashes``:
+:mod:`mmobs.vllm.uuid_checks.uuid_check`                   ``ProcessorInputs.get_mm_hashes``:
                                                client media uuids checked against
                                                their content, API server only
-:mod:`mmobs.vllm.front_end`                    the downloads, the HF processor and
+:mod:`mmobs.vllm.front_end.stages`                    the downloads, the HF processor and
                                                ``InputProcessor.process_inputs``: the
                                                front end's stages timed, API server
                                                only
@@ -35,7 +35,7 @@ module                                         wraps
 
 What each replacement must reproduce is checked first on probes
 (:mod:`mmobs.vllm.probes`); the parts planned apart (decode-free hits, cache
-drift, uuids, the front end, :mod:`mmobs.vllm.front_end_plan`) decline alone.
+drift, uuids, the front end, :mod:`mmobs.vllm.front_end.front_end_plan`) decline alone.
 
 mmobs's log events go through stdlib logging under vLLM's logger tree
 (``vllm.mmobs``), so vLLM's handler writes them in vLLM's format, or in the
@@ -62,10 +62,12 @@ from typing import Any
 from mmobs.errors import InvalidOptionError
 from mmobs.observability.fingerprint import key_with_release
 from mmobs.observability.stdlib_events import log_events_to_stdlib
-from mmobs.vllm import decode_skip, key_hooks, loader_hooks
+from mmobs.vllm import loader_hooks
 from mmobs.vllm.context_hooks import context_make_async, context_submit, not_traffic
-from mmobs.vllm.decode_skip import DECODE_SKIP_ENV, DecodeSkipper
-from mmobs.vllm.front_end_plan import front_end_plan
+from mmobs.vllm.decode_free_hits import decode_skip
+from mmobs.vllm.decode_free_hits.decode_skip import DECODE_SKIP_ENV, DecodeSkipper
+from mmobs.vllm.front_end.front_end_plan import front_end_plan
+from mmobs.vllm.keys import key_hooks
 from mmobs.vllm.probes import pixels, probe_decodes, probe_images, same_results
 from mmobs.vllm.releases import unproven
 from mmobs.vllm.shape import Plan, ShapeMismatch, registering, vllm_version
@@ -194,7 +196,7 @@ def _fingerprint_in_the_running_release() -> None:
 
 def _startup_line(plan: Plan, skipper: DecodeSkipper | None) -> str:
     """What the plugin hooked in this process and which switches are on: one line for the operator."""
-    from mmobs.vllm import cache_hooks
+    from mmobs.vllm.cache_drift import cache_hooks
 
     hooked = sorted({f"{_short_name(target)}.{name}" for target, name, _, _ in plan})
     api_server = cache_hooks.api_server_process()
@@ -285,7 +287,7 @@ def _key_plan() -> Plan:
 
     Without it nothing is counted, so a hasher of another shape declines the whole plugin. From vLLM
     0.31 on the tolerant read is vLLM's ``_get_image_id_bytes``, replaced; before, the ImageID is read
-    bare inside ``serialize_item``, which gets the seed's fix (:func:`~mmobs.vllm.key_hooks.tolerant_image_id`).
+    bare inside ``serialize_item``, which gets the seed's fix (:func:`~mmobs.vllm.keys.key_hooks.tolerant_image_id`).
     """
     why = unproven("keys", vllm_version())
     if why is not None:
@@ -332,7 +334,7 @@ def _serialized(owner: type, serialize_item: Callable[..., Any]) -> Callable[[An
 def _fast_keys(owner: type, original: Callable[..., Any], serialize_item: Callable[..., Any]) -> Callable[..., Any]:
     """``MMOBS_VLLM_FAST_KEYS=1``, where vLLM streams a plain image as mmobs's framed writer does; else one warning."""
     from mmobs.keys.hashing import MultiModalHasher
-    from mmobs.vllm.fast_keys import fast_serialize_item
+    from mmobs.vllm.keys.fast_keys import fast_serialize_item
 
     try:
         same_results(
@@ -394,14 +396,14 @@ def _context_plan() -> Plan:
 
 
 def _decode_skip_plan() -> tuple[DecodeSkipper | None, Plan]:
-    """Decode-free cache hits (:mod:`mmobs.vllm.decode_skip`), in the API server only, planned apart.
+    """Decode-free cache hits (:mod:`mmobs.vllm.decode_free_hits.decode_skip`), in the API server only, planned apart.
 
     The processor caches are found as vLLM makes them (their ``__init__``
     registers them with the skipper); vLLM's shared-memory cache declines.
     A vLLM whose loader already defers decoding, or whose images a stand-in
     does not reproduce exactly, gets one line and vLLM's path.
     """
-    from mmobs.vllm.cache_hooks import api_server_process
+    from mmobs.vllm.cache_drift.cache_hooks import api_server_process
 
     if not api_server_process() or os.environ.get(DECODE_SKIP_ENV, "1").strip() == "0":
         return None, []
@@ -442,12 +444,12 @@ def _decline_shm(skipper: DecodeSkipper, cache: object) -> None:
 
 
 def _cache_plan() -> Plan:
-    """The multimodal cache drift hooks (:mod:`mmobs.vllm.cache_hooks`), in the API server only.
+    """The multimodal cache drift hooks (:mod:`mmobs.vllm.cache_drift.cache_hooks`), in the API server only.
 
     They are planned apart: a vLLM whose cache path is shaped otherwise gets
     one warning and no drift counting, and keeps the rest of the plugin.
     """
-    from mmobs.vllm import cache_hooks
+    from mmobs.vllm.cache_drift import cache_hooks
 
     if not cache_hooks.api_server_process() or not _carried("cache_drift", "cache drift counting and healing"):
         return []
@@ -466,12 +468,13 @@ def _cache_plan() -> Plan:
 
 
 def _uuid_plan() -> Plan:
-    """Client media uuids checked against their content (:mod:`mmobs.vllm.uuid_check`), in the API server only.
+    """Client media uuids checked against their content (:mod:`mmobs.vllm.uuid_checks.uuid_check`), in the API server only.
 
     Planned apart, as the cache hooks are: a vLLM whose ``ProcessorInputs`` is shaped otherwise gets one
     warning and no uuid checks, and keeps the rest of the plugin.
     """
-    from mmobs.vllm import cache_hooks, uuid_check
+    from mmobs.vllm.cache_drift import cache_hooks
+    from mmobs.vllm.uuid_checks import uuid_check
 
     if not cache_hooks.api_server_process() or not _carried("uuid_checks", "client media uuid checks"):
         return []

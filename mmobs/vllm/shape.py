@@ -1,7 +1,7 @@
 """Looking vLLM's attributes up before replacing any: a vLLM of another shape is declined, never half patched.
 
 Shared by the plugin (:mod:`mmobs.vllm.plugin`) and the parts it plans apart
-(:mod:`mmobs.vllm.cache_hooks`, :mod:`mmobs.vllm.front_end_plan`), which each
+(:mod:`mmobs.vllm.cache_drift.cache_hooks`, :mod:`mmobs.vllm.front_end.front_end_plan`), which each
 check every target of their :data:`Plan` first and raise :class:`ShapeMismatch`
 naming the first one that is off; :func:`registering`, the one wrapper of a
 vLLM constructor; and the one reader of a setting vLLM reads at run time, its

@@ -28,10 +28,10 @@ from dashboards.mixin import MixinConfig, alerts, render_all
 from dashboards.mixin import metrics as mixin_metrics
 from dashboards.mixin import rules as mixin_rules
 from mmobs.observability.metrics import METRIC_NAMES as HASHER_HTTP_NAMES
-from mmobs.vllm.cache_metrics import METRIC_NAMES as CACHE_DRIFT_NAMES
-from mmobs.vllm.decode_metrics import METRIC_NAMES as DECODE_SKIP_NAMES
-from mmobs.vllm.front_end_metrics import METRIC_NAMES as FRONT_END_NAMES
-from mmobs.vllm.uuid_metrics import METRIC_NAMES as UUID_CHECK_NAMES
+from mmobs.vllm.cache_drift.cache_metrics import METRIC_NAMES as CACHE_DRIFT_NAMES
+from mmobs.vllm.decode_free_hits.decode_metrics import METRIC_NAMES as DECODE_SKIP_NAMES
+from mmobs.vllm.front_end.front_end_metrics import METRIC_NAMES as FRONT_END_NAMES
+from mmobs.vllm.uuid_checks.uuid_metrics import METRIC_NAMES as UUID_CHECK_NAMES
 from tests.support import require_binary
 from tests.support.alert_lint import lint_alert_document
 from tests.support.dashboard_lint import lint_dashboard

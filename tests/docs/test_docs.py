@@ -17,14 +17,14 @@ import pytest
 from mmobs import MMObsMiddleware
 from mmobs.errors import BAD_IMAGE_REASONS
 from mmobs.observability.metrics import HASHER_METRICS, HTTP_METRICS, METRIC_NAMES
-from mmobs.vllm.cache_metrics import CACHE_DRIFT_METRICS
-from mmobs.vllm.cache_metrics import METRIC_NAMES as VLLM_CACHE_METRIC_NAMES
-from mmobs.vllm.decode_metrics import DECODE_SKIP_METRICS
-from mmobs.vllm.decode_metrics import METRIC_NAMES as VLLM_DECODE_METRIC_NAMES
-from mmobs.vllm.front_end_metrics import FRONT_END_METRICS
-from mmobs.vllm.front_end_metrics import METRIC_NAMES as VLLM_FRONT_END_METRIC_NAMES
-from mmobs.vllm.uuid_metrics import METRIC_NAMES as VLLM_UUID_METRIC_NAMES
-from mmobs.vllm.uuid_metrics import UUID_CHECK_METRICS
+from mmobs.vllm.cache_drift.cache_metrics import CACHE_DRIFT_METRICS
+from mmobs.vllm.cache_drift.cache_metrics import METRIC_NAMES as VLLM_CACHE_METRIC_NAMES
+from mmobs.vllm.decode_free_hits.decode_metrics import DECODE_SKIP_METRICS
+from mmobs.vllm.decode_free_hits.decode_metrics import METRIC_NAMES as VLLM_DECODE_METRIC_NAMES
+from mmobs.vllm.front_end.front_end_metrics import FRONT_END_METRICS
+from mmobs.vllm.front_end.front_end_metrics import METRIC_NAMES as VLLM_FRONT_END_METRIC_NAMES
+from mmobs.vllm.uuid_checks.uuid_metrics import METRIC_NAMES as VLLM_UUID_METRIC_NAMES
+from mmobs.vllm.uuid_checks.uuid_metrics import UUID_CHECK_METRICS
 from tests.support.markdown import section
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from mmobs.observability.metrics import METRIC_NAMES as HASHER_HTTP_NAMES
-from mmobs.vllm.front_end_metrics import METRIC_NAMES as FRONT_END_NAMES
+from mmobs.vllm.front_end.front_end_metrics import METRIC_NAMES as FRONT_END_NAMES
 
 #: The histogram families whose ``_bucket``/``_sum``/``_count`` series the scanner folds: mmobs's and vLLM's.
 HISTOGRAMS = HASHER_HTTP_NAMES | FRONT_END_NAMES | {"vllm:time_to_first_token_seconds"}

@@ -1,4 +1,4 @@
-"""The drift bookkeeping of the vLLM plugin (``mmobs.vllm.cache_drift``), without vLLM: what each side's drift counts.
+"""The drift bookkeeping of the vLLM plugin (``mmobs.vllm.cache_drift.drift``), without vLLM: what each side's drift counts.
 
 The real server shows the same counts against its own log (``tests/vllm/test_vllm_cache_drift.py``);
 here each case is exact and small: a fresh registry, structlog's ``capture_logs``.
@@ -9,8 +9,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from mmobs.vllm.cache_drift import DriftBook
-from mmobs.vllm.cache_metrics import CacheDriftMetrics
+from mmobs.vllm.cache_drift.cache_metrics import CacheDriftMetrics
+from mmobs.vllm.cache_drift.drift import DriftBook
 
 
 def _book() -> tuple[DriftBook, CollectorRegistry]:
@@ -73,7 +73,7 @@ class TestModality:
     def test_the_sender_cache_hook_reads_the_modality_from_the_prompt_updates(self) -> None:
         from types import SimpleNamespace
 
-        from mmobs.vllm.cache_hooks import _item_modality
+        from mmobs.vllm.cache_drift.cache_hooks import _item_modality
 
         assert _item_modality((object(), [SimpleNamespace(modality="image")])) == "image"
         assert _item_modality((object(), [])) is None

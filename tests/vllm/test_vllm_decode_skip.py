@@ -26,8 +26,8 @@ from prometheus_client import REGISTRY
 
 from mmobs.events import RecordingObserver, observing
 from mmobs.keys.hashing import IMAGE_ID_TAG
-from mmobs.vllm.decode_skip import DecodedIndex, Record
-from mmobs.vllm.lazy_image import LazyImage
+from mmobs.vllm.decode_free_hits.decode_skip import DecodedIndex, Record
+from mmobs.vllm.decode_free_hits.lazy_image import LazyImage
 from tests.support import golden, require_vllm, vllm_plugin_registered
 from tests.support.images import encode, jpeg_bytes, noisy_image, png_bytes, png_with_orientation
 
@@ -45,7 +45,7 @@ def vllm_parts(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[types.SimpleN
     from vllm.multimodal.inputs import MultiModalKwargsItem
     from vllm.multimodal.media.image import ImageMediaIO
 
-    from mmobs.vllm import decode_skip
+    from mmobs.vllm.decode_free_hits import decode_skip
 
     with vllm_plugin_registered() as plugin:
         skipper = decode_skip.active()
@@ -209,7 +209,7 @@ def test_a_stand_in_pickles_and_copies_as_the_decoded_image(vllm_parts: types.Si
     assert isinstance(again.media, LazyImage)
     restored = pickle.loads(pickle.dumps(again))
     assert type(restored.media) is type(first.media) and restored.media.tobytes() == first.media.tobytes()
-    assert repr(again.media).startswith("<mmobs.vllm.lazy_image.LazyImage image mode=RGB size=16x8")
+    assert repr(again.media).startswith("<mmobs.vllm.decode_free_hits.lazy_image.LazyImage image mode=RGB size=16x8")
 
 
 def test_concurrent_readers_decode_a_stand_in_once(vllm_parts: types.SimpleNamespace) -> None:

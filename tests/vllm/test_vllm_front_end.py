@@ -1,4 +1,4 @@
-"""The multimodal front end's stages timed inside the real vLLM 0.33 (``mmobs.vllm.front_end``), in process.
+"""The multimodal front end's stages timed inside the real vLLM 0.33 (``mmobs.vllm.front_end.stages``), in process.
 
 The plugin is registered in this process for the module; vLLM's own
 ``MediaConnector`` fetches data, file and http URLs (a loopback file server)
@@ -22,8 +22,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from mmobs.events import observing
-from mmobs.vllm import front_end
-from mmobs.vllm.front_end_metrics import FrontEndMetrics, item_count_label
+from mmobs.vllm.front_end import stages as front_end
+from mmobs.vllm.front_end.front_end_metrics import FrontEndMetrics, item_count_label
 from tests.support import require_vllm, vllm_plugin_registered
 from tests.support.images import jpeg_bytes, png_bytes
 from tests.support.media_server import serving

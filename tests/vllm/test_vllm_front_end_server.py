@@ -25,7 +25,7 @@ from typing import Any
 import openai
 import pytest
 
-from mmobs.vllm.front_end_metrics import METRIC_NAMES
+from mmobs.vllm.front_end.front_end_metrics import METRIC_NAMES
 from tests.support.images import jpeg_bytes, png_bytes
 from tests.support.media_server import serving
 from tests.support.vllm_server import VllmServer, delta, series

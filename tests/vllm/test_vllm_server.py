@@ -43,8 +43,8 @@ from mmobs.errors import BadImageError
 from mmobs.events import RecordingObserver, observing
 from mmobs.keys.guard import check_image_bytes
 from mmobs.observability.metrics import exception_label
-from mmobs.vllm.decode_metrics import METRIC_NAMES as DECODE_SKIP_NAMES
-from mmobs.vllm.front_end_metrics import METRIC_NAMES as FRONT_END_NAMES
+from mmobs.vllm.decode_free_hits.decode_metrics import METRIC_NAMES as DECODE_SKIP_NAMES
+from mmobs.vllm.front_end.front_end_metrics import METRIC_NAMES as FRONT_END_NAMES
 from scripts.corpus import build_corpus
 from tests.support import golden
 from tests.support.vllm_server import VLLM_LINE, VllmServer, delta, series

@@ -1,4 +1,4 @@
-"""Client media uuids checked against their content inside the real vLLM 0.33 (``mmobs.vllm.uuid_check``).
+"""Client media uuids checked against their content inside the real vLLM 0.33 (``mmobs.vllm.uuid_checks.uuid_check``).
 
 The plugin is registered in this process for the module: vLLM's own
 ``ProcessorInputs.get_mm_hashes`` (wrapped), fed by vLLM's own parser and
@@ -19,8 +19,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from mmobs.vllm.uuid_check import ENTRY_BYTES, UuidChecker, UuidConflictError, UuidIndex
-from mmobs.vllm.uuid_metrics import UuidCheckMetrics
+from mmobs.vllm.uuid_checks.uuid_check import ENTRY_BYTES, UuidChecker, UuidConflictError, UuidIndex
+from mmobs.vllm.uuid_checks.uuid_metrics import UuidCheckMetrics
 from tests.support import require_vllm, vllm_plugin_registered
 from tests.support.images import jpeg_bytes, png_bytes
 
@@ -149,7 +149,7 @@ def test_a_check_that_cannot_run_leaves_vllms_answer_alone(caplog: pytest.LogCap
     """The second keying pass raising (a foreign item type, say) is one warning, never the request's failure."""
     import dataclasses
 
-    from mmobs.vllm.uuid_check import get_mm_hashes
+    from mmobs.vllm.uuid_checks.uuid_check import get_mm_hashes
 
     @dataclasses.dataclass
     class Inputs:

@@ -29,7 +29,7 @@ from typing import Any
 import openai
 import pytest
 
-from mmobs.vllm.uuid_check import ENTRY_BYTES
+from mmobs.vllm.uuid_checks.uuid_check import ENTRY_BYTES
 from tests.docs.test_runbooks import alert_expressions, run_commands
 from tests.support.images import jpeg_bytes, png_bytes
 from tests.support.vllm_server import VllmServer, delta, series

@@ -9,7 +9,7 @@ P0 and not in P1, and the next request that carries one of them is sent by
 hash to an engine that never saw it: a drift miss, a 500, for somebody else.
 
 An :class:`Attempt` lives in a context variable for the duration of one
-request (set by :mod:`mmobs.vllm.cache_heal`; vLLM's executor threads see it
+request (set by :mod:`mmobs.vllm.cache_drift.cache_heal`; vLLM's executor threads see it
 because the plugin runs them in a copy of the request's context). The sender
 cache records into it the hashes it inserted for this request; sending the
 request to the engine marks it taken; :func:`roll_back` takes the inserted
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mmobs.observability.context import current_request
-from mmobs.vllm.cache_drift import DriftBook
+from mmobs.vllm.cache_drift.drift import DriftBook
 
 __all__ = ["Attempt", "current_attempt", "request_id_now", "roll_back"]
 

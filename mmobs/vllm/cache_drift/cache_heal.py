@@ -4,7 +4,7 @@ With ``MMOBS_VLLM_MM_CACHE_HEAL`` on (the default, see ``docs/vllm-cache-drift.m
 the plugin wraps four of vLLM's functions with these:
 
 * ``OpenAIServingChat.create_chat_completion`` (:func:`chat_completion`): the
-  request boundary. It opens the request's :class:`~mmobs.vllm.cache_attempt.Attempt`,
+  request boundary. It opens the request's :class:`~mmobs.vllm.cache_drift.cache_attempt.Attempt`,
   rolls the sender cache back when the request ends refused before the
   engine took it, and resubmits once a request whose render the sender
   cache itself broke (the item vLLM asserts on).
@@ -32,8 +32,8 @@ import inspect
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from mmobs.vllm.cache_attempt import Attempt, current_attempt, roll_back
-from mmobs.vllm.cache_drift import DriftBook, DriftFailure, short_hash
+from mmobs.vllm.cache_drift.cache_attempt import Attempt, current_attempt, roll_back
+from mmobs.vllm.cache_drift.drift import DriftBook, DriftFailure, short_hash
 
 __all__ = [
     "RETRY_AFTER_SECONDS",

@@ -12,7 +12,7 @@ what vLLM's loader would have returned.
 
 The one attribute answered without decoding that a decoded image would answer
 by reading its state is the EXIF ImageID, which vLLM's hasher reads through
-:func:`mmobs.vllm.key_hooks.image_id_bytes`: it replays the reads the decoded
+:func:`mmobs.vllm.keys.key_hooks.image_id_bytes`: it replays the reads the decoded
 image answered, failures included, so the key and its events are the same.
 """
 

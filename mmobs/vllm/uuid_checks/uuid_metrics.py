@@ -1,7 +1,7 @@
 """The ``mmobs_vllm_mm_uuid_*`` series: client media uuids checked against their content in vLLM's API server.
 
 Declared apart from :mod:`mmobs.observability.metrics` for the reason
-:mod:`mmobs.vllm.cache_metrics` is: they exist only where the plugin runs, on
+:mod:`mmobs.vllm.cache_drift.cache_metrics` is: they exist only where the plugin runs, on
 vLLM's ``/metrics``. Labels from closed sets (:data:`UUID_ITEM_KINDS`,
 :data:`CONFLICT_ACTIONS`). The index gauges are per process and summed over the
 live API servers under ``--api-server-count`` above 1 (each has its own index).

@@ -5,7 +5,7 @@ server fetches each media item, decodes its base64 or its image bytes, keys it,
 looks it up in the processor cache and runs the HF processor on the misses.
 vLLM's own ``time_to_first_token`` lumps all of that with queueing and
 prefill. The plugin's hooks time each stage into
-:mod:`mmobs.vllm.front_end_metrics`:
+:mod:`mmobs.vllm.front_end.front_end_metrics`:
 
 =============================================  =====================================
 vLLM attribute                                 stage
@@ -44,8 +44,8 @@ from time import perf_counter
 from typing import Any
 
 from mmobs.events import NULL_OBSERVER, get_observer
-from mmobs.vllm.front_end_metrics import MODALITIES, front_end_metrics
-from mmobs.vllm.lazy_image import LazyImage
+from mmobs.vllm.decode_free_hits.lazy_image import LazyImage
+from mmobs.vllm.front_end.front_end_metrics import MODALITIES, front_end_metrics
 
 __all__ = [
     "close_data_url",
@@ -226,7 +226,7 @@ def decoded(data: bytes, result: Any, seconds: float) -> None:
 
 
 def format_label(data: bytes) -> str:
-    """The :data:`~mmobs.vllm.front_end_metrics.FORMATS` label of ``data``: a lookup, not a sniff (a hot path)."""
+    """The :data:`~mmobs.vllm.front_end.front_end_metrics.FORMATS` label of ``data``: a lookup, not a sniff (a hot path)."""
     if not isinstance(data, bytes):  # a bytearray or memoryview from a custom caller: its head is enough
         data = bytes(data[:16])
     candidate = _SIGNATURES.get(data[:2])

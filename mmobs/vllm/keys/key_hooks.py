@@ -12,7 +12,7 @@ vLLM attribute                                 reports
 =============================================  =====================================
 
 Each replacement returns exactly what vLLM's own returns. An image whose
-decode was skipped (:mod:`mmobs.vllm.decode_skip`) is keyed by vLLM's own
+decode was skipped (:mod:`mmobs.vllm.decode_free_hits.decode_skip`) is keyed by vLLM's own
 ``serialize_item`` too, from its original bytes: its ImageID reads are
 answered with what the same bytes' decoded image answered, and report the
 same events.
@@ -36,8 +36,8 @@ from PIL import Image
 from mmobs.events import ExifFallback, Hashed, KeySource, MediaKeyed, MediaKind, get_observer
 from mmobs.keys.hashing import IMAGE_ID_TAG
 from mmobs.keys.media import is_media_with_bytes
-from mmobs.vllm import decode_skip
-from mmobs.vllm.lazy_image import LazyImage
+from mmobs.vllm.decode_free_hits import decode_skip
+from mmobs.vllm.decode_free_hits.lazy_image import LazyImage
 
 __all__ = [
     "counting_factory",

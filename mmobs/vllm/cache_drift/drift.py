@@ -5,9 +5,9 @@ processor cache and sends an item by hash alone when it believes P1 holds
 it. When P1 does not, EngineCore fails the request and names the hashes
 (``mm_cache_miss_hashes``); P0's own sender cache can also lose an item
 between its lookup and its update within one request. This module is where
-both are reported (:mod:`mmobs.vllm.cache_hooks` calls it from inside vLLM):
+both are reported (:mod:`mmobs.vllm.cache_drift.cache_hooks` calls it from inside vLLM):
 
-* the ``mmobs_vllm_mm_cache_*`` counters (:mod:`mmobs.vllm.cache_metrics`);
+* the ``mmobs_vllm_mm_cache_*`` counters (:mod:`mmobs.vllm.cache_drift.cache_metrics`);
 * one ``mm_cache_drift`` log event per drifted item, naming the request, the
   modality and the hash (its first :data:`HASH_CHARS` characters: enough to
   grep, not a payload);
@@ -27,7 +27,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from mmobs.observability.log_fields import safe_text
 from mmobs.observability.metrics import made_once
-from mmobs.vllm.cache_metrics import CacheDriftMetrics, cache_drift_metrics, engine_label
+from mmobs.vllm.cache_drift.cache_metrics import CacheDriftMetrics, cache_drift_metrics, engine_label
 
 __all__ = ["HASH_CHARS", "BoundedMap", "DriftBook", "DriftFailure", "drift_book", "short_hash"]
 

@@ -1,7 +1,7 @@
 """The ``mmobs_vllm_mm_*_seconds`` histograms: what each stage of vLLM's multimodal front end costs.
 
 Declared apart from :mod:`mmobs.observability.metrics` for the reason
-:mod:`mmobs.vllm.cache_metrics` is: they exist only where the plugin runs, on
+:mod:`mmobs.vllm.cache_drift.cache_metrics` is: they exist only where the plugin runs, on
 vLLM's ``/metrics``. The stage names follow vLLM's own proposals for the same
 measurements (``mm_media_download``, ``mm_decode``, ``mm_preprocessing_total``;
 vLLM issue #47860); the key stage is mmobs's ``mmobs_hash_duration_seconds``.

@@ -1,4 +1,4 @@
-"""The plan of the front end's stage timers (:mod:`mmobs.vllm.front_end`), made apart from the plugin's.
+"""The plan of the front end's stage timers (:mod:`mmobs.vllm.front_end.stages`), made apart from the plugin's.
 
 The loader's own stages (base64, decode) are timed by the loader hooks; this
 plans the rest: the downloads, the HF processor (hooked on each processor as
@@ -14,7 +14,7 @@ import contextlib
 import logging
 from typing import Any
 
-from mmobs.vllm import front_end
+from mmobs.vllm.front_end import stages as front_end
 from mmobs.vllm.shape import Plan, attribute, function, module, registering, vllm_version
 from mmobs.vllm.startup_log import say
 
@@ -29,7 +29,7 @@ _INPUT_PROCESSOR = "vllm.v1.engine.input_processor"
 
 def front_end_plan() -> Plan:
     """The stage timers' plan: in the API server only, and empty (after one warning) where vLLM is shaped otherwise."""
-    from mmobs.vllm import cache_hooks
+    from mmobs.vllm.cache_drift import cache_hooks
 
     if not cache_hooks.api_server_process():
         return []

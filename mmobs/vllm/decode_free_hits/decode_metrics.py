@@ -1,7 +1,7 @@
 """The ``mmobs_vllm_*decode*`` series: the decodes the API server skipped on processor-cache hits, and their cost.
 
 Declared apart from :mod:`mmobs.observability.metrics` for the reason
-:mod:`mmobs.vllm.cache_metrics` is: they exist only where the plugin runs, on
+:mod:`mmobs.vllm.cache_drift.cache_metrics` is: they exist only where the plugin runs, on
 vLLM's ``/metrics``. No labels. The index gauges are per process and summed
 over the live API servers when ``--api-server-count`` above 1 shares a
 ``PROMETHEUS_MULTIPROC_DIR`` (each server has its own index and cache).

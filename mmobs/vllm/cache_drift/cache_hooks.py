@@ -18,7 +18,7 @@ data-parallel clients' own)                         (no rollback); modality of b
 ==================================================  ==========================================
 
 Healing (``MMOBS_VLLM_MM_CACHE_HEAL``, on unless ``0``): the four wrappers of
-:mod:`mmobs.vllm.cache_heal`. As with the rest of the plugin, every target is
+:mod:`mmobs.vllm.cache_drift.cache_heal`. As with the rest of the plugin, every target is
 looked up and checked before anything is replaced, and a vLLM of another
 shape gets one warning and none of these replacements (the rest of the
 plugin is unaffected). The engine processes load the plugin too; they hold
@@ -34,15 +34,15 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from mmobs.vllm.cache_attempt import current_attempt, request_id_now
-from mmobs.vllm.cache_drift import DriftBook, DriftFailure, drift_book
-from mmobs.vllm.cache_heal import (
+from mmobs.vllm.cache_drift.cache_attempt import current_attempt, request_id_now
+from mmobs.vllm.cache_drift.cache_heal import (
     chat_completion,
     drift_error_class,
     healing_generate,
     raise_if_drift,
     retry_after_handler,
 )
+from mmobs.vllm.cache_drift.drift import DriftBook, DriftFailure, drift_book
 from mmobs.vllm.shape import Plan, ShapeMismatch, function
 from mmobs.vllm.shape import attribute as _attribute
 from mmobs.vllm.shape import module as _module
@@ -170,7 +170,7 @@ def _get_and_update_item(
     vLLM asserts when an item it looked up as cached is gone by the time it
     updates it (its own eviction within the request, or an invalidation in
     between): an ``AssertionError``, a 500. With healing the same moment
-    raises :class:`~mmobs.vllm.cache_heal.CacheDriftError` instead, which the
+    raises :class:`~mmobs.vllm.cache_drift.cache_heal.CacheDriftError` instead, which the
     request boundary resubmits. The lookup is ``in`` (no LRU order, no stats).
     """
 

@@ -12,7 +12,7 @@ reads, failures included), the events the load reported and the keys the
 hasher computed for it (:class:`DecodedIndex`, bounded in entries and bytes).
 When the same bytes come again and the processor cache holds one of those
 keys (a membership test: no LRU move, no statistics), the loader returns a
-``MediaWithBytes`` holding a :class:`~mmobs.vllm.lazy_image.LazyImage`
+``MediaWithBytes`` holding a :class:`~mmobs.vllm.decode_free_hits.lazy_image.LazyImage`
 instead: vLLM's own hasher keys it from the original bytes; its pixels are
 decoded only if something reads them (a *late decode*, counted: the item
 left the cache between the lookup and the processor). Bytes it has not seen
@@ -43,8 +43,8 @@ from blake3 import blake3
 from PIL import Image
 
 from mmobs.events import TransposeFailure, get_observer, observing
-from mmobs.vllm.decode_metrics import DecodeSkipMetrics, decode_skip_metrics
-from mmobs.vllm.lazy_image import ImageIdRead, LazyImage, lazy_class
+from mmobs.vllm.decode_free_hits.decode_metrics import DecodeSkipMetrics, decode_skip_metrics
+from mmobs.vllm.decode_free_hits.lazy_image import ImageIdRead, LazyImage, lazy_class
 from mmobs.vllm.shape import vllm_max_pixels
 from mmobs.vllm.startup_log import say, whole_number_env
 

@@ -41,9 +41,9 @@ from blake3 import blake3
 
 from mmobs.events import NULL_OBSERVER, observing
 from mmobs.observability.log_fields import safe_text
-from mmobs.vllm.cache_attempt import request_id_now
+from mmobs.vllm.cache_drift.cache_attempt import request_id_now
 from mmobs.vllm.startup_log import say, whole_number_env
-from mmobs.vllm.uuid_metrics import UuidCheckMetrics, uuid_check_metrics
+from mmobs.vllm.uuid_checks.uuid_metrics import UuidCheckMetrics, uuid_check_metrics
 
 __all__ = [
     "CONFLICTS_ENV",
