@@ -12,7 +12,8 @@ adds, per connection:
 
 * a **header deadline**: a connection must deliver a request's headers
   within ``header_timeout`` seconds of opening (or of its previous response);
-  a drip-fed request line does not reset it. Past it, the connection is
+  a drip-fed request line does not reset it. It is a kept-alive connection's
+  only idle limit: uvicorn's own keep-alive timer is cancelled. Past it, the connection is
   closed (with a ``408`` if some of a request had arrived);
 * a **body deadline**: the whole body must arrive within ``body_timeout``
   seconds of the headers; past it, the connection is closed and the
@@ -151,6 +152,10 @@ class GuardedH11Protocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        # One idle limit, the header deadline: uvicorn's own keep-alive timer (5 s by default) would close
+        # first, at the very moment a pooled client reuses the connection (httpx, and the openai client
+        # over it, keeps idle connections for 5 s too), and the request is reset unanswered.
+        self._unset_keepalive_if_required()
         self._follow()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -9,7 +9,6 @@ limits, and :mod:`mmobs.service.serve` only runs what it is given. Like
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -118,10 +117,5 @@ class ServeOptions:
             "http": GuardedH11Protocol,
             "ws": "none",
             "limit_concurrency": None,
-            # One idle limit, the guard's header deadline (10 s after a response by default). uvicorn's own
-            # keep-alive timer (5 s) would close first, at the very moment a pooled client reuses the
-            # connection: httpx (and the openai client over it) keeps idle connections for 5 s too, and a
-            # request sent as the server closes is reset unanswered. So uvicorn's timer is set past it.
-            "timeout_keep_alive": math.ceil(self.header_timeout) + 1,
             "h11_max_incomplete_event_size": _MAX_INCOMPLETE_EVENT_BYTES,
         }
