@@ -245,8 +245,9 @@ def test_time_to_first_byte_is_its_own_histogram(registry: CollectorRegistry, cl
     assert client.get("/slow-first").text == "late;then quick"
 
     stream, slow = {"route": "/stream", "method": "GET"}, {"route": "/slow-first", "method": "GET"}
-    # /stream: the first chunk at once, the last after two 50 ms sleeps.
-    assert value(registry, TTFB_SUM, **stream) < 0.05 <= 0.1 <= value(registry, DURATION_SUM, **stream)
+    # /stream: the first chunk at once, then two 50 ms sleeps before the end. Only the sleeps'
+    # lower bound is asserted, so a loaded machine that slows every step cannot fail it.
+    assert value(registry, DURATION_SUM, **stream) - value(registry, TTFB_SUM, **stream) >= 0.1
     # /slow-first: headers at once (StreamingResponse), the first body byte after 120 ms.
     assert 0.12 <= value(registry, TTFB_SUM, **slow) <= value(registry, DURATION_SUM, **slow)
     assert value(registry, TTFB_COUNT, **stream) == value(registry, TTFB_COUNT, **slow) == 1.0

@@ -156,7 +156,9 @@ def test_one_deadline_for_the_whole_fetch(origin: _ImageServer, path: str) -> No
     error = _refusal(_fetcher(timeout_seconds=1.0), _url(origin, path))
     elapsed = time.monotonic() - started
     assert error.reason == "fetch_failed" and "longer than 1 s" in error.message
-    assert 1.0 <= elapsed < 1.6, elapsed
+    # The drips last 8 s and more; the upper bound leaves room for a loaded machine and still
+    # tells a deadline from a per-read timeout that the drip would keep resetting.
+    assert 1.0 <= elapsed < 4.0, elapsed
 
 
 def test_private_peer_is_refused_before_any_connection(origin: _ImageServer) -> None:
