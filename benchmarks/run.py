@@ -28,7 +28,10 @@ Sections, one module each (``--sections`` takes any of them; ``--only a,b`` is t
   not, beside the no-decode key of the same bytes (needs ``.ci/install-vllm``);
 * ``vllm-front-end`` (``bench_vllm_front_end.py``): the front end's stage
   timing on and off, per observation, through vLLM 0.33's own loader,
-  connector and processor in process (needs ``.ci/install-vllm``).
+  connector and processor in process (needs ``.ci/install-vllm``);
+* ``tracing`` (``bench_tracing.py``): mmobs's OpenTelemetry spans with tracing
+  off and on, against the code without them: one request through the
+  middleware, one key and one load through the plugin's hooks.
 
 Every comparison runs its competitors in the same rounds, interleaved in a
 shuffled order, and reports medians and the median of per-round ratios (see
@@ -66,6 +69,7 @@ SECTIONS = (
     "vllm-decode-free",
     "vllm-uuid-check",
     "vllm-front-end",
+    "tracing",  # last: tracing on sets the process's tracer provider for good
 )
 
 

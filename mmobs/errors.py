@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-__all__ = ["BAD_IMAGE_REASONS", "BadImageError", "BadImageReason", "InvalidOptionError", "is_reported", "mark_reported"]
+__all__ = [
+    "BAD_IMAGE_REASONS",
+    "BadImageError",
+    "BadImageReason",
+    "InvalidOptionError",
+    "is_reported",
+    "mark_reported",
+    "refusal_reason",
+]
 
 BadImageReason = Literal[
     "empty",
@@ -84,11 +92,23 @@ class BadImageError(ValueError):
 
 #: The one mark of a counted refusal, on mmobs's BadImageError and on a foreign exception (vLLM's) alike.
 _REPORTED = "__mmobs_reported__"
+_REASON = "__mmobs_refusal_reason__"
 
 
-def mark_reported(error: BaseException) -> None:
-    """Note that an observer has counted ``error``: whoever meets it on its way out does not count it again."""
+def mark_reported(error: BaseException, reason: str | None = None) -> None:
+    """Note that an observer has counted ``error`` (as a refusal for ``reason``, if given): whoever meets it
+    on its way out does not count it again, and can name the refusal (:func:`refusal_reason`)."""
     setattr(error, _REPORTED, True)
+    if reason is not None:
+        setattr(error, _REASON, reason)
+
+
+def refusal_reason(error: BaseException) -> str | None:
+    """The reason ``error`` refused an image for: a :class:`BadImageError`'s, or the one it was counted as."""
+    if isinstance(error, BadImageError):
+        return error.reason
+    reason = getattr(error, _REASON, None)
+    return reason if isinstance(reason, str) else None
 
 
 def is_reported(error: BaseException) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from mmobs.events import RecordingObserver, observing
+from tests.support.otlp_receiver import OTLP_TEST_ENV, OtlpReceiver, otlp_proto_available
 from tests.support.vllm_pool import ServerContext, ServerPool, kinds_in_order_of_use, vllm_server_fixture
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, server_venv, write_json_logging_config
 
@@ -128,18 +129,35 @@ def _vllm_servers_boot_from_the_first_test(request: pytest.FixtureRequest) -> No
 
 @vllm_server_fixture()
 def vllm_server(context: ServerContext) -> VllmServer:
-    """``vllm serve`` with mmobs's plugin and preset, the guard on, vLLM's request log and file URLs allowed.
+    """``vllm serve`` with mmobs's plugin and preset, the guard on, vLLM's request log and file URLs allowed,
+    exporting its traces to ``server.otlp`` (an :class:`OtlpReceiver`; ``None`` without opentelemetry-proto),
+    and OpenMetrics scrapes of ``/metrics`` answered by the preset (``MMOBS_VLLM_OPENMETRICS=1``).
 
     ``server.initial`` holds the mmobs samples read right after start-up, before any request;
     ``server.media_dir`` is the ``--allowed-local-media-path`` its file URLs may read.
     """
-    server = VllmServer(
-        context.venv,
-        context.model,
-        context.media_dir.parent,
-        args=[*MMOBS_FLAGS, "--enable-log-requests", "--allowed-local-media-path", str(context.media_dir)],
-        env={"MMOBS_VLLM_GUARD": "1"},
-    )
+    otlp = OtlpReceiver() if otlp_proto_available() else None
+    tracing = ["--otlp-traces-endpoint", otlp.endpoint] if otlp is not None else []
+    try:
+        server = VllmServer(
+            context.venv,
+            context.model,
+            context.media_dir.parent,
+            args=[
+                *MMOBS_FLAGS,
+                "--enable-log-requests",
+                "--allowed-local-media-path",
+                str(context.media_dir),
+                *tracing,
+            ],
+            # The fallback counters' exemplars (their trace ids) reach Prometheus's OpenMetrics scrapes.
+            env={"MMOBS_VLLM_GUARD": "1", "MMOBS_VLLM_OPENMETRICS": "1", **(OTLP_TEST_ENV if otlp is not None else {})},
+        )
+    except BaseException:
+        if otlp is not None:
+            otlp.stop()
+        raise
+    server.otlp = otlp
     server.media_dir = context.media_dir
     server.wait_for_warm_up()
     server.initial = server.samples()

@@ -29,7 +29,7 @@ from mmobs.keys.refusals import bad_image_from_pillow, pillow_error_reason
 from mmobs.observability.metrics import HASHER_METRICS, HTTP_METRICS, METRIC_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("prometheus_client", "structlog", "starlette")
+HEAVY = ("prometheus_client", "structlog", "starlette", "opentelemetry")
 
 _IMPORT_PROBE = """
 import sys

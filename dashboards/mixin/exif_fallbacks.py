@@ -86,9 +86,11 @@ def causes(query: QueryStyle) -> list[dict[str, Any]]:
             "Fallbacks per second by the exception the ImageID read swallowed. SyntaxError (bad TIFF header) and "
             "struct.error (short IFD) are the known Pillow failures on broken metadata. A new type, or 'other', "
             "appearing after a deploy means a code or dependency change: compare `mmobs fingerprint` and the "
-            "pillow version across replicas.",
+            "pillow version across replicas. The points on the lines are exemplars: each names one request that "
+            "fell back (request_id) and, where it was traced, its trace (trace_id), which the data source's "
+            "exemplar link opens in the tracing back end.",
             "ops",
-            [target(query.sum_rate(metrics.EXIF_FALLBACKS, by=["exception"]), legend="{{exception}}")],
+            [target(query.sum_rate(metrics.EXIF_FALLBACKS, by=["exception"]), legend="{{exception}}", exemplar=True)],
             stack=True,
         ),
         timeseries(

@@ -19,13 +19,15 @@ DATASOURCE: Json = {"type": "prometheus", "uid": "${datasource}"}
 PANEL_SCHEMA_FIELDS: Json = {"repeatDirection": "h", "transparent": False}
 
 
-def target(expr: str, ref: str = "A", legend: str = "", *, table: bool = False) -> Json:
-    """One Prometheus query; ``table`` makes it an instant query in table format."""
+def target(expr: str, ref: str = "A", legend: str = "", *, table: bool = False, exemplar: bool = False) -> Json:
+    """One Prometheus query; ``table`` makes it an instant query in table format, ``exemplar`` shows its exemplars."""
     query: Json = {"datasource": DATASOURCE, "editorMode": "code", "expr": expr, "refId": ref}
     if table:
         query.update({"format": "table", "instant": True, "range": False, "legendFormat": "__auto"})
     else:
         query.update({"instant": False, "range": True, "legendFormat": legend or "__auto"})
+    if exemplar:
+        query["exemplar"] = True
     return query
 
 

@@ -60,6 +60,7 @@ from mmobs.observability.context import RequestStats, current_request
 from mmobs.observability.instrument import Instrumentation, install, metrics_for, set_hasher_info
 from mmobs.observability.logs import REQUEST_ATTRIBUTE, mmobs_logger, safe_text
 from mmobs.observability.metrics import STATUS_CLASSES, multiprocess_dir
+from mmobs.observability.tracing import current_trace_id, start_server_span, tracing_on
 
 __all__ = ["HEALTH_PATH", "REQUEST_ID_PATTERN", "MMObsMiddleware"]
 
@@ -132,6 +133,13 @@ class MMObsMiddleware:
         counter's every time.
     :param access_log: log one canonical ``http_request`` line per request
         (skipped paths at debug level).
+    :param server_spans: where OpenTelemetry has a tracer provider and no span is
+        active yet, start each counted request's HTTP server span, so that
+        mmobs's spans and events, and the app's, share one trace (see
+        :func:`~mmobs.observability.tracing.start_server_span`). Off by default:
+        an app traced by an ASGI instrumentation has its span already, and
+        mmobs's go under it either way. Traced requests' exemplars carry the
+        trace id.
     """
 
     def __init__(
@@ -148,6 +156,7 @@ class MMObsMiddleware:
         buckets: Sequence[float] | None = None,
         exemplars: bool = True,
         access_log: bool = False,
+        server_spans: bool = False,
     ) -> None:
         self.app = app
         self.registry = REGISTRY if registry is None else registry
@@ -165,6 +174,7 @@ class MMObsMiddleware:
         self.buckets = None if buckets is None else tuple(buckets)
         self.exemplars = exemplars
         self.access_log = access_log
+        self.server_spans = server_spans
         self._targets: dict[tuple[str, str], tuple[str, RouteSeries | None, MetricsEndpoint | None]] = {}
         self._cache_targets = route_resolver is None
         self.recorder: RequestRecorder | None = None
@@ -188,6 +198,13 @@ class MMObsMiddleware:
         body = CountingReceive(receive) if declared_size < 0 else None  # chunked, or HTTP/2 without a length
 
         error: BaseException | None = None
+        server_span, trace_id = None, None
+        if series is not None and tracing_on():
+            server_span = start_server_span(scope, route, request_id) if self.server_spans else None
+            if server_span is not None:
+                scope, trace_id = server_span.scope, server_span.trace_id
+            else:
+                trace_id = current_trace_id()
         token = current_request.set(stats)
         id_token = self._id_var.set(request_id)
         route_token = self._route_var.set(route)
@@ -229,10 +246,12 @@ class MMObsMiddleware:
             if series is not None:
                 series.finish(
                     status // 100 if 100 <= status < 600 else 5, seconds, first_byte, size, response.sent,
-                    bool(stats.images or stats.bad_images), bool(stats.exif_fallbacks), request_id,
+                    bool(stats.images or stats.bad_images), bool(stats.exif_fallbacks), request_id, trace_id,
                 )  # fmt: skip
             if self.access_log:
                 _log_request(scope, stats, status, seconds, first_byte, size, response.sent, error, series is None)
+            if server_span is not None:
+                server_span.end(status)
 
     def _warm_on_startup(self, scope: Scope, receive: Receive) -> Receive:
         """A ``receive`` that warms up when the server announces start-up."""

@@ -52,9 +52,9 @@ EXEMPLAR_INTERVAL_SECONDS = 1.0
 _HISTOGRAMS = ("duration", "time_to_first_byte", "request_size", "response_size")
 
 
-def _set_exemplar(child: Any, request_id: str, timestamp: float) -> None:
-    """Attach ``request_id`` to a counter child as the exemplar of one increment."""
-    labels = request_exemplar(request_id)
+def _set_exemplar(child: Any, request_id: str, trace_id: str | None, timestamp: float) -> None:
+    """Attach ``request_id`` (and the request's trace id, if traced) to a counter child as the exemplar of one increment."""
+    labels = request_exemplar(request_id, trace_id)
     value = getattr(child, "_value", None)
     if value is not None and callable(getattr(value, "set_exemplar", None)):
         value.set_exemplar(Exemplar(labels, 1.0, timestamp))
@@ -90,6 +90,7 @@ class RouteSeries:
         images: bool,
         fallback: bool,
         request_id: str,
+        trace_id: str | None = None,
     ) -> None:
         raise NotImplementedError
 
@@ -163,8 +164,8 @@ class _DeferredSeries(RouteSeries):
         self._flushes = 0  # the values :meth:`flush` took from ``_starts`` itself
         self._cells: list[float] = [0] * at
         self._flushed: list[float] = [0] * at
-        #: Exemplars waiting for the flush: status class (0 for the fallback counter) -> (request id, time).
-        self._exemplars: dict[int, tuple[str, float]] = {}
+        #: Exemplars waiting for the flush: status class (0 for the fallback counter) -> (request id, trace id, time).
+        self._exemplars: dict[int, tuple[str, str | None, float]] = {}
 
     def start(self) -> None:
         next(self._starts)
@@ -179,6 +180,7 @@ class _DeferredSeries(RouteSeries):
         images: bool,
         fallback: bool,
         request_id: str,
+        trace_id: str | None = None,
     ) -> None:
         (d_bounds, t_bounds, q_bounds, r_bounds), (d, t, q, r) = self._bounds, self._offsets
         now = time.monotonic() if self.exemplars else 0.0
@@ -200,9 +202,9 @@ class _DeferredSeries(RouteSeries):
             if fallback:
                 cells[_FALLBACKS] += 1
             if self._exemplar_due_now(status_class, now):
-                self._exemplars[status_class] = (request_id, time.time())
+                self._exemplars[status_class] = (request_id, trace_id, time.time())
             if fallback and self.exemplars:
-                self._exemplars[0] = (request_id, time.time())
+                self._exemplars[0] = (request_id, trace_id, time.time())
 
     def flush(self) -> None:
         """Apply what was counted since the last flush (the caller serialises flushes)."""
@@ -231,9 +233,9 @@ class _DeferredSeries(RouteSeries):
                     bucket.inc(delta)
             if delta := new(at + len(bounds)):
                 histogram._sum.inc(delta)
-        for status_class, (request_id, timestamp) in exemplars.items():
+        for status_class, (request_id, trace_id, timestamp) in exemplars.items():
             child = self._fallback_child() if status_class == 0 else self._request_child(status_class)
-            _set_exemplar(child, request_id, timestamp)
+            _set_exemplar(child, request_id, trace_id, timestamp)
         self._flushed = cells
 
 
@@ -259,6 +261,7 @@ class _ImmediateSeries(RouteSeries):
         images: bool,
         fallback: bool,
         request_id: str,
+        trace_id: str | None = None,
     ) -> None:
         self._add_in_progress(-1)
         add = self._request_adders.get(status_class)
@@ -266,7 +269,7 @@ class _ImmediateSeries(RouteSeries):
             add = self._request_adders[status_class] = fast_inc(self._request_child(status_class))
         add(1)
         if self._exemplar_due_now(status_class, time.monotonic()):
-            _set_exemplar(self._request_child(status_class), request_id, time.time())
+            _set_exemplar(self._request_child(status_class), request_id, trace_id, time.time())
         observe_duration, observe_first_byte, observe_request, observe_response = self._observe
         observe_duration(seconds)
         if first_byte is not None:
@@ -278,7 +281,7 @@ class _ImmediateSeries(RouteSeries):
         if fallback:
             self._fallback_child().inc()
             if self.exemplars:
-                _set_exemplar(self._fallback_child(), request_id, time.time())
+                _set_exemplar(self._fallback_child(), request_id, trace_id, time.time())
 
 
 class RequestRecorder(Collector):

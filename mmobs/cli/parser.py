@@ -73,6 +73,19 @@ def _vllm_version(text: str) -> str:
     return text
 
 
+def _otlp_endpoint(text: str) -> str:
+    from mmobs.service.tracing_setup import MISSING_PACKAGES_HINT, missing_packages, validate_endpoint
+
+    try:
+        url = validate_endpoint(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    missing = missing_packages()
+    if missing:
+        raise argparse.ArgumentTypeError(f"needs {', '.join(missing)}, which is not installed: {MISSING_PACKAGES_HINT}")
+    return url
+
+
 def _formats(text: str) -> tuple[str, ...] | None:
     if text.strip().lower() == "any":
         return None
@@ -192,6 +205,14 @@ def _add_serve(command: NewCommand) -> None:
     _add_fetch_options(serve)
     _add_connection_options(serve, defaults)
     _add_decode_options(serve, defaults)
+    serve.add_argument(
+        "--otlp-endpoint",
+        type=_otlp_endpoint,
+        default=None,
+        metavar="URL",
+        help="export OpenTelemetry spans (each request's, and its images' fetch, load and key) to this "
+        "OTLP/HTTP traces endpoint, e.g. http://127.0.0.1:4318/v1/traces (needs mmobs[otel])",
+    )
     serve.add_argument(
         "--access-log",
         action="store_true",

@@ -45,6 +45,7 @@ from mmobs.observability.drift import DriftTracker
 from mmobs.observability.fingerprint import process_fingerprint
 from mmobs.observability.logs import mmobs_logger, safe_text
 from mmobs.observability.metrics import HasherMetrics, exception_label, multiprocess_dir, request_exemplar
+from mmobs.observability.tracing import add_span_event, current_trace_id
 
 __all__ = ["Instrumentation", "content_digest", "default_instrumentation", "install", "metrics_for", "set_hasher_info"]
 
@@ -122,7 +123,8 @@ class Instrumentation(HashObserver):
 
     :param registry: where the metrics live (prometheus_client's global one by default).
     :param logger: a structlog logger (by default ``structlog.get_logger("mmobs")``, see
-        :func:`mmobs.observability.logs.mmobs_logger`).
+        :func:`mmobs.observability.logs.mmobs_logger`). Every event it logs is also an
+        event on the active span, where one records.
     :param drift: the drift tracker; ``None`` turns drift detection off.
     :param log_interval_seconds: log each content's fallback at most once per interval
         (the counter still counts every one); ``None`` logs every one.
@@ -140,7 +142,7 @@ class Instrumentation(HashObserver):
         hasher_info: bool = True,
     ) -> None:
         self.metrics = metrics_for(registry)
-        self.log = logger if logger is not None else mmobs_logger()
+        self.log = mmobs_logger(logger)
         self.drift: DriftTracker | None = DriftTracker() if drift is _DEFAULT else drift
         self._limiter = _LogLimiter(log_interval_seconds) if log_interval_seconds else None
         self._hasher_info_pending = hasher_info
@@ -154,37 +156,35 @@ class Instrumentation(HashObserver):
         stats = current_request.get()
         if stats is not None:
             stats.exif_fallbacks += 1
-            # The request's id as the exemplar (OpenMetrics scrapes; none in multiprocess mode).
-            exemplar = None if self._multiprocess else request_exemplar(stats.request_id)
+            # The request's id, and its trace's, as the exemplar (OpenMetrics scrapes; none in multiprocess mode).
+            exemplar = None if self._multiprocess else request_exemplar(stats.request_id, current_trace_id())
             self.metrics.fallback_child[(event.kind, label)].inc(1, exemplar)
         else:
             self.metrics.fallback_child[(event.kind, label)].inc()
         digest = content_digest(event.original_bytes) if event.original_bytes is not None else None
-        if self._limiter is not None and not self._limiter.allow(digest or label):
-            return
-        self.log.warning(
-            "exif_fallback",
-            kind=event.kind,
-            exception=label,
-            error=safe_text(event.error),
-            key_source=event.key_source,
-            content_digest=digest,
-            pillow=self._pillow,
+        fields = {
+            "kind": event.kind,
+            "exception": label,
+            "error": safe_text(event.error),
+            "key_source": event.key_source,
+            "content_digest": digest,
+            "pillow": self._pillow,
             **_image_fields(event.image, event.original_bytes),
-        )
+        }
+        if self._limiter is not None and not self._limiter.allow(digest or label):
+            add_span_event("exif_fallback", fields)  # the log is rate limited; the trace never is
+            return
+        self.log.warning("exif_fallback", **fields)
 
     def exif_transpose_failed(self, event: TransposeFailure) -> None:
         label = exception_label(type(event.error))
         self.metrics.transpose_child[label].inc()
+        fields = {"exception": label, "error": safe_text(event.error), "pillow": self._pillow}
+        fields.update(_image_fields(event.image))
         if self._limiter is not None and not self._limiter.allow("transpose:" + label):
+            add_span_event("exif_transpose_failed", fields)
             return
-        self.log.warning(
-            "exif_transpose_failed",
-            exception=label,
-            error=safe_text(event.error),
-            pillow=self._pillow,
-            **_image_fields(event.image),
-        )
+        self.log.warning("exif_transpose_failed", **fields)
 
     def wants_item_digest(self, kind: MediaKind, media: Any) -> bool:
         return self.drift is not None and self.drift.samples(media)

@@ -38,6 +38,7 @@ from mmobs.events import ExifCorruptWarning, get_observer
 from mmobs.observability.context import current_request
 from mmobs.observability.log_fields import MAX_FIELD_CHARS, safe_text
 from mmobs.observability.stdlib_events import events_route
+from mmobs.observability.tracing import add_span_event
 
 __all__ = [
     "MAX_FIELD_CHARS",
@@ -154,11 +155,33 @@ class _MmobsLogger:
     configuration, as any structlog user's would.
     """
 
+    def __init__(self, inner: Any = None) -> None:
+        self._inner = inner
+
     def __getattr__(self, name: str) -> Any:
-        if structlog.is_configured():
-            return getattr(_configured_logger(), name)
-        # A host that logs through stdlib (vLLM) may have chosen its logger tree instead.
-        return getattr(events_route() or _unconfigured_logger(), name)
+        if self._inner is not None:
+            logger = self._inner
+        elif structlog.is_configured():
+            logger = _configured_logger()
+        else:
+            # A host that logs through stdlib (vLLM) may have chosen its logger tree instead.
+            logger = events_route() or _unconfigured_logger()
+        method = getattr(logger, name)
+        return _also_a_span_event(method) if name in _EVENT_METHODS else method
+
+
+#: The logger methods that log an event (each is a span event too).
+_EVENT_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "critical", "fatal", "exception", "msg"})
+
+
+def _also_a_span_event(method: Any) -> Any:
+    """``method``, adding its event to the active span (where one records) before logging it."""
+
+    def log(event: str, **fields: Any) -> Any:
+        add_span_event(event, fields)
+        return method(event, **fields)
+
+    return log
 
 
 @functools.cache
@@ -183,9 +206,14 @@ def _unconfigured_logger() -> Any:
     )
 
 
-def mmobs_logger() -> Any:
-    """The logger mmobs's own events go to (see :class:`_MmobsLogger`)."""
-    return _MmobsLogger()
+def mmobs_logger(inner: Any = None) -> Any:
+    """The logger mmobs's own events go to (see :class:`_MmobsLogger`), ``inner`` if given.
+
+    Every event logged through it is also an event on the active span, where
+    one records (:func:`mmobs.observability.tracing.add_span_event`): a trace
+    shows what the log says, without the log.
+    """
+    return _MmobsLogger(inner)
 
 
 # -- the stdlib side ------------------------------------------------------------------

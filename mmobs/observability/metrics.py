@@ -206,11 +206,19 @@ METRIC_NAMES: frozenset[str] = frozenset(spec.name for spec in (*HASHER_METRICS,
 
 #: OpenMetrics allows 128 characters of exemplar labels, names included.
 _EXEMPLAR_ID_CHARS = 128 - len("request_id")
+#: What a request id keeps beside a trace id (``trace_id`` and 32 hex digits).
+_EXEMPLAR_ID_CHARS_TRACED = _EXEMPLAR_ID_CHARS - len("trace_id") - 32
 
 
-def request_exemplar(request_id: str) -> dict[str, str]:
-    """The exemplar labels naming a request (cut to what OpenMetrics allows)."""
-    return {"request_id": request_id[:_EXEMPLAR_ID_CHARS]}
+def request_exemplar(request_id: str, trace_id: str | None = None) -> dict[str, str]:
+    """The exemplar labels naming a request and, where it is traced, its trace (cut to what OpenMetrics allows).
+
+    ``trace_id`` is the label Grafana's Prometheus data source follows to a
+    tracing back end (its "exemplar trace id destinations").
+    """
+    if trace_id is None:
+        return {"request_id": request_id[:_EXEMPLAR_ID_CHARS]}
+    return {"request_id": request_id[:_EXEMPLAR_ID_CHARS_TRACED], "trace_id": trace_id}
 
 
 def fast_inc(child: Any) -> Callable[[float], None]:

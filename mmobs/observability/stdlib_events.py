@@ -114,8 +114,9 @@ class StdlibEventLogger:
         names = tuple(extra)
         extra.update(event=event, mmobs_fields=names)
         message = " ".join([event, *(f"{key}={_logfmt_value(value)}" for key, value in fields.items())])
-        # stacklevel 3: the record names the line in mmobs that logged, not this adapter.
-        self.logger.log(level, "%s", message, extra=extra, stacklevel=3)
+        # stacklevel 4: the record names the line in mmobs that logged, not this adapter nor
+        # mmobs_logger's wrapper (which adds the event to the active span) that called it.
+        self.logger.log(level, "%s", message, extra=extra, stacklevel=4)
 
 
 class JSONFormatter(logging.Formatter):

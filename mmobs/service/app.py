@@ -60,6 +60,7 @@ from mmobs.service.hash_service import HashService
 
 # tests/service/test_service.py imports this helper from here.
 from mmobs.service.request_image import data_url_bytes as _data_url_bytes  # noqa: F401
+from mmobs.service.tracing_setup import start_otlp_tracing
 
 __all__ = ["HashService", "RequestError", "ServiceConfig", "create_app"]
 
@@ -80,11 +81,15 @@ def create_app(config: ServiceConfig | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # In each server process, after uvicorn forked it: the export thread does not survive a fork.
+        tracer_provider = start_otlp_tracing(config.otlp_endpoint) if config.otlp_endpoint else None
         await service.start()
         try:
             yield
         finally:
             await service.close()
+            if tracer_provider is not None:
+                tracer_provider.shutdown()  # exports the spans still batched
 
     app = Starlette(
         routes=[
@@ -99,6 +104,7 @@ def create_app(config: ServiceConfig | None = None) -> Starlette:
                 metrics_token=config.metrics_token,
                 pillow_errors_as_bad_images=config.pillow_errors_as_bad_images,
                 access_log=config.request_log,
+                server_spans=config.otlp_endpoint is not None,
             )
         ],
         exception_handlers={HTTPException: http_exception_handler, 500: server_error_handler},

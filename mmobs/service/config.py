@@ -45,6 +45,8 @@ class ServiceConfig:
     log_level: str = "info"
     #: One canonical ``http_request`` log line per request (``MMObsMiddleware(access_log=...)``).
     request_log: bool = True
+    #: Export spans to this OTLP/HTTP traces endpoint (:mod:`mmobs.service.tracing_setup`); ``None``: no tracing of its own.
+    otlp_endpoint: str | None = None
     #: Decode worker processes per server process (0: decode in the server, without limits).
     decode_workers: int = 2
     #: CPU time all of one request's decoding and keying may use, summed over its images.

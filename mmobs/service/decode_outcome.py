@@ -11,17 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
-
 from mmobs.errors import BadImageError
 from mmobs.keys.refusals import report_bad_image
-from mmobs.observability.logs import safe_text
+from mmobs.observability.logs import mmobs_logger, safe_text
 from mmobs.service.config import ServiceConfig
 from mmobs.service.decode_pool import ServerBusy
 
 __all__ = ["CpuBudget", "budget_text", "too_costly", "unexpected_outcome"]
 
-_log = structlog.get_logger("mmobs")
+_log = mmobs_logger()
 
 
 class CpuBudget:

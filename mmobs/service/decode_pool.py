@@ -37,15 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-
+from mmobs.observability.logs import mmobs_logger
 from mmobs.service import decode_worker
 from mmobs.service.relay import Replayer
 from mmobs.service.wire import WireClosed, recv_message, send_message
 
 __all__ = ["DecodePool", "InlineDecoder", "PoolSettings", "ServerBusy"]
 
-_log = structlog.get_logger("mmobs")
+_log = mmobs_logger()
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 #: Keep a worker's address space close to what it uses, so the limit measures the task:
 #: two malloc arenas, big buffers mapped (and unmapped on free), no BLAS thread pools.

@@ -124,17 +124,22 @@ def key_image(data: bytes, params: dict[str, Any], observer: HashObserver) -> di
     options: HashOptions = params["options"]
     io = _SourceModeIO(**options.io_options, **params["io_limits"])
     recorder = RecordingObserver(observer)
+    started = time.time_ns()
     with observing(recorder):
         try:
             media = io.load_bytes(data)
         except BadImageError as error:
             if is_memory_failure(error):
                 raise MemoryError from error
-            return {"status": "bad_image", "reason": error.reason, "message": error.message}
+            stages = {"load": (started, time.time_ns())}
+            return {"status": "bad_image", "reason": error.reason, "message": error.message, "stages": stages}
+        loaded = time.time_ns()
         key = hash_in_format(io.key_format, options.algorithm, dict(image=media, **options.extras))
     image = media.media
     return {
         "status": "keyed",
+        # When each stage started and ended (ns since the epoch), for the request's trace.
+        "stages": {"load": (started, loaded), "key": (loaded, time.time_ns())},
         "item": {
             "mm_hash": key,
             "key_source": recorder.keyed[-1].key_source,
@@ -151,6 +156,7 @@ def key_header(data: bytes, params: dict[str, Any], observer: HashObserver) -> d
     """Key one image from its header (``POST /v1/keys``), decoding only where the header cannot decide."""
     options: HashOptions = params["options"]
     io = ImageMediaIO(**options.io_options, **params["io_limits"])
+    started = time.time_ns()
     with observing(observer):
         try:
             verify: Any = options.verify
@@ -162,6 +168,7 @@ def key_header(data: bytes, params: dict[str, Any], observer: HashObserver) -> d
     width, height = found.size
     return {
         "status": "keyed",
+        "stages": {"key": (started, time.time_ns())},
         "item": {
             "mm_hash": found.key,
             "key_source": "original_bytes",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
@@ -19,8 +18,9 @@ from mmobs._version import __version__
 from mmobs.errors import BadImageError, mark_reported
 from mmobs.events import get_observer
 from mmobs.keys.refusals import report_bad_image
+from mmobs.observability import tracing
 from mmobs.observability.fingerprint import process_fingerprint
-from mmobs.observability.logs import safe_text
+from mmobs.observability.logs import mmobs_logger, safe_text
 from mmobs.service.config import ServiceConfig
 from mmobs.service.decode_outcome import CpuBudget, too_costly, unexpected_outcome
 from mmobs.service.decode_pool import DecodePool, InlineDecoder, PoolSettings, ServerBusy
@@ -41,7 +41,7 @@ from mmobs.service.request_reader import RequestReader, SetupError
 
 __all__ = ["HashService"]
 
-_log = structlog.get_logger("mmobs")
+_log = mmobs_logger()
 
 
 class HashService:
@@ -148,17 +148,20 @@ class HashService:
         options, images = await self.reader.read(request, budget, self.decoder)
         items = []
         for index, image in enumerate(images):
-            data = (
-                image.data
-                if image.data is not None
-                else await image_bytes(image, self.fetcher, self.config.max_image_bytes)
-            )
-            image.data = image.url = None  # let each image go once it is keyed
-            item = await self._key(data, options, budget, image.param, task)
+            with tracing.span("mmobs.image", {"mmobs.image.index": index}) as image_span:
+                data = (
+                    image.data
+                    if image.data is not None
+                    else await image_bytes(image, self.fetcher, self.config.max_image_bytes)
+                )
+                image.data = image.url = None  # let each image go once it is keyed
+                item = await self._key(data, options, budget, image.param, task, image_span)
             items.append({"index": index, **item})
         return JSONResponse({"algorithm": options.algorithm, "items": items})
 
-    async def _key(self, data: bytes, options: HashOptions, budget: CpuBudget, param: str, task: str) -> dict[str, Any]:
+    async def _key(
+        self, data: bytes, options: HashOptions, budget: CpuBudget, param: str, task: str, image_span: Any = None
+    ) -> dict[str, Any]:
         shared = budget.left < budget.limit  # earlier work of this request spent some of it
         if budget.left <= 0.001:
             raise too_costly(self.config, {"resource": "cpu"}, shared, param)
@@ -167,6 +170,8 @@ class HashService:
         outcome, _ = await self.decoder.run(header, [data], replayer)
         status = outcome["status"]
         budget.spend(budget.left if status == "too_costly" else outcome.get("cpu_seconds", 0.0))
+        if image_span is not None:
+            _trace_outcome(image_span, len(data), outcome)
         if status == "keyed":
             return dict(outcome["item"])
         if status == "bad_image":
@@ -181,6 +186,24 @@ class HashService:
                 BadImageError("corrupt", f"the image decoder crashed on this image ({outcome['signal']})", param=param)
             )
         raise unexpected_outcome(outcome)
+
+
+def _trace_outcome(image_span: Any, nbytes: int, outcome: dict[str, Any]) -> None:
+    """The image's span says what became of it; the worker's stages (load, key) become its children."""
+    status = outcome["status"]
+    image_span.set_attribute("mmobs.media.bytes", nbytes)
+    image_span.set_attribute("mmobs.outcome", status)
+    item = outcome.get("item") or {}
+    if "key_source" in item:
+        image_span.set_attribute("mmobs.key_source", item["key_source"])
+    if status != "keyed":
+        tracing.mark_error(image_span, str(outcome.get("reason") or status))
+    for stage, (start_ns, end_ns) in (outcome.get("stages") or {}).items():
+        attributes: dict[str, tracing.AttributeValue] = {}
+        if stage == "key" and "key_source" in item:
+            attributes["mmobs.key_source"] = item["key_source"]
+        error = outcome.get("reason") if stage == "load" and status == "bad_image" else None
+        tracing.record_span(f"mmobs.image.{stage}", start_ns, end_ns, attributes, error=error)
 
 
 def _reported(error: BadImageError) -> BadImageError:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from mmobs.errors import BadImageError
 from mmobs.keys.data_url import decode_base64, parse_data_url
 from mmobs.keys.refusals import report_bad_image
+from mmobs.observability import tracing
 from mmobs.service.fetch import RemoteFetcher
 
 __all__ = ["RequestImage", "data_url_bytes", "image_bytes"]
@@ -39,8 +40,14 @@ async def image_bytes(image: RequestImage, fetcher: RemoteFetcher | None, max_by
                     "remote image URLs are off on this server (its operator can allow a host with "
                     "--allow-remote-host HOST); send the image as a data: URL",
                 )
-            return await fetcher.fetch(url if isinstance(url, str) else url.decode("utf-8", "surrogatepass"))
-        return data_url_bytes(url, max_bytes)
+            with tracing.span("mmobs.media.download", {"mmobs.modality": "image", "url.scheme": scheme.split(":")[0]}):
+                data = await fetcher.fetch(url if isinstance(url, str) else url.decode("utf-8", "surrogatepass"))
+                tracing.set_attribute("mmobs.media.bytes", len(data))
+                return data
+        with tracing.span("mmobs.media.base64", {"mmobs.modality": "image"}):
+            data = data_url_bytes(url, max_bytes)
+            tracing.set_attribute("mmobs.media.bytes", len(data))
+            return data
     except BadImageError as error:
         raise report_bad_image(error.with_param(image.param)) from None
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 
 from mmobs.events import get_observer
+from mmobs.observability.logs import mmobs_logger
 from mmobs.service.config import ServiceConfig
 from mmobs.service.decode_outcome import CpuBudget, budget_text, unexpected_outcome
 from mmobs.service.decode_pool import DecodePool, InlineDecoder, ServerBusy
@@ -29,7 +29,7 @@ from mmobs.service.request_image import RequestImage
 
 __all__ = ["INLINE_JSON_BYTES", "RequestReader", "SetupError"]
 
-_log = structlog.get_logger("mmobs")
+_log = mmobs_logger()
 #: JSON bodies up to this size are parsed in the service (a few ms at worst); larger ones in a decode worker.
 INLINE_JSON_BYTES = 256 * 1024
 _MULTIPART_HINT = "pip install 'mmobs[serve]'"

@@ -57,6 +57,8 @@ class ServeOptions:
     #: Hosts remote image URLs may come from.
     allow_remote_host: Sequence[str]
     fetch_allow_private: bool
+    #: Export spans to this OTLP/HTTP traces endpoint.
+    otlp_endpoint: str | None
     #: Open connections per server process, as asked (before the open-files limit has its say).
     limit_concurrency: int
     header_timeout: float
@@ -97,6 +99,7 @@ class ServeOptions:
             body_timeout_seconds=self.body_timeout,
             max_connections=max_connections,
             request_log=self.request_log,
+            otlp_endpoint=self.otlp_endpoint,
         )
 
     def uvicorn_options(self) -> dict[str, Any]:

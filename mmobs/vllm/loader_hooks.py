@@ -33,6 +33,7 @@ from mmobs.errors import BadImageError, BadImageReason, is_reported, mark_report
 from mmobs.events import TransposeFailure, get_observer
 from mmobs.keys.guard import check_image_bytes
 from mmobs.keys.refusals import bad_image_from_pillow, empty_image_error, report_bad_image
+from mmobs.observability import tracing
 from mmobs.vllm.decode_free_hits import decode_skip
 from mmobs.vllm.front_end import stages as front_end
 from mmobs.vllm.shape import vllm_max_pixels
@@ -74,11 +75,17 @@ def load_bytes(
         started = perf_counter()
         front_end.loader_entered(started, data)
         result = None
-        try:
-            result = checked_load(self, data)
-            return result
-        finally:
-            front_end.decoded(data, result, perf_counter() - started)
+        with tracing.span("mmobs.image.load") as live:  # a refusal's bad_image event goes on it
+            if live is not None:
+                live.set_attribute("mmobs.image.format", front_end.format_label(data))
+                live.set_attribute("mmobs.media.bytes", len(data))
+            try:
+                result = checked_load(self, data)
+                return result
+            finally:
+                outcome = front_end.decoded(data, result, perf_counter() - started)
+                if live is not None:
+                    live.set_attribute("mmobs.outcome", outcome)
 
     def checked_load(self: Any, data: bytes) -> Any:
         if guard:
@@ -94,7 +101,7 @@ def load_bytes(
             refusal = report_bad_image(_refusal(error) if data else empty_image_error())
             if guard and not isinstance(error, ValueError):
                 raise _named(refusal) from error
-            mark_reported(error)  # for _load_data_url, which this call is inside of
+            mark_reported(error, refusal.reason)  # for _load_data_url, which this call is inside of, and the trace
             raise
 
     return load_bytes

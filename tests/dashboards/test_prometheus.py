@@ -15,6 +15,7 @@ tests skip with the reason, and the dashboards' vLLM row is not checked
 from __future__ import annotations
 
 import importlib.util
+import secrets
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from dashboards.mixin import MixinConfig, vllm_cache
 from dashboards.mixin.promql import QueryStyle
 from tests.support import ManagedProcess, ServiceProcess, data_url, free_port, golden, images, require_binary
 from tests.support.media_server import serving
+from tests.support.otlp_receiver import OTLP_TEST_ENV, OtlpReceiver, otlp_proto_available
 from tests.support.vllm_metrics import read_definitions
 from tests.support.vllm_server import VllmServer, delta, require_vllm_server
 from tests.vllm.test_vllm_front_end_server import fresh_jpeg, published, send
@@ -82,6 +84,8 @@ class PrometheusProcess(ManagedProcess):
             f"--storage.tsdb.path={tmp_path / 'data'}",
             f"--web.listen-address=127.0.0.1:{self.port}",
             "--storage.tsdb.retention.time=1h",
+            # The exemplars of mmobs's counters (request_id and, where traced, trace_id).
+            "--enable-feature=exemplar-storage",
         ]
         super().__init__("prometheus", command, tmp_path / "prometheus.log")
         self.wait_until(lambda: httpx.get(self.url + "/-/ready", timeout=1).status_code == 200)
@@ -96,12 +100,22 @@ class PrometheusProcess(ManagedProcess):
         (sample,) = self.query(expr)
         return float(sample["value"][1])
 
+    def exemplars(self, expr: str) -> list[dict[str, str]]:
+        """The label sets of the exemplars Prometheus stored for ``expr`` in the last hour."""
+        now = time.time()
+        params = {"query": expr, "start": str(now - 3600), "end": str(now + 60)}
+        payload = httpx.get(self.url + "/api/v1/query_exemplars", params=params, timeout=10).json()
+        assert payload["status"] == "success", (expr, payload)
+        return [exemplar["labels"] for series in payload["data"] for exemplar in series["exemplars"]]
+
 
 @dataclass
 class Stack:
     service: ServiceProcess
     prometheus: PrometheusProcess
     vllm: VllmServer | None
+    #: The (request id, trace id) of each traced fallback request sent to the service.
+    traced_fallbacks: dict[str, str]
     #: vLLM's own cache counters on its /metrics, before and after this module's traffic.
     vllm_before: dict[Any, float]
     vllm_after: dict[Any, float]
@@ -126,7 +140,9 @@ def vllm(request: pytest.FixtureRequest) -> VllmServer | None:
 def stack(tmp_path_factory: pytest.TempPathFactory, vllm: VllmServer | None) -> Iterator[Stack]:
     require_binary("prometheus")
     tmp = tmp_path_factory.mktemp("prometheus")
-    service = ServiceProcess(tmp)
+    otlp = OtlpReceiver() if otlp_proto_available() else None
+    tracing = ["--otlp-endpoint", otlp.endpoint] if otlp is not None else []
+    service = ServiceProcess(tmp, *tracing, env=OTLP_TEST_ENV)
     vllm_target = f"127.0.0.1:{vllm.port}" if vllm is not None else None
     prometheus = PrometheusProcess(tmp, f"127.0.0.1:{service.port}", vllm_target)
     try:
@@ -134,11 +150,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory, vllm: VllmServer | None) -> 
         prometheus.wait_until(lambda: prometheus.scalar('count_over_time(up{job="mmobs"}[1m])') >= 3, 30, "scraping")
         bad_jpeg = golden.input_bytes("bad-exif-header.jpg")
         good = [golden.input_bytes(name) for name in ("photo.jpg", "rgb.png", "palette.png")]
+        traced_fallbacks: dict[str, str] = {}
         with httpx.Client(base_url=service.url, timeout=30) as client:
-            for _ in range(FALLBACK_IMAGES):
-                assert client.post("/v1/hash", json={"images": [data_url(bad_jpeg)]}).json()["items"][0][
-                    "exif_fallback"
-                ]
+            for index in range(FALLBACK_IMAGES):
+                request_id, trace_id = f"fallback-{index}", secrets.token_hex(16)
+                traced_fallbacks[request_id] = trace_id
+                headers = {"X-Request-ID": request_id, "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
+                response = client.post("/v1/hash", json={"images": [data_url(bad_jpeg)]}, headers=headers)
+                assert response.json()["items"][0]["exif_fallback"]
             for i in range(GOOD_IMAGES):
                 item = client.post("/v1/hash", json={"images": [data_url(good[i % 3])]}).json()["items"][0]
                 assert item["exif_fallback"] is False
@@ -177,10 +196,31 @@ def stack(tmp_path_factory: pytest.TempPathFactory, vllm: VllmServer | None) -> 
             "seeing the traffic",
         )
         time.sleep(3)  # a few more scrapes and rule evaluations after the traffic
-        yield Stack(service, prometheus, vllm, vllm_before, vllm_after)
+        yield Stack(service, prometheus, vllm, traced_fallbacks, vllm_before, vllm_after)
     finally:
         prometheus.stop()
         service.stop()
+        if otlp is not None:
+            otlp.stop()
+
+
+def test_prometheus_stores_the_fallback_exemplars_with_their_trace_ids(stack):
+    """The exemplars Prometheus scraped name a request that fell back and the trace the service gave it."""
+    if not otlp_proto_available():
+        pytest.skip("the service exports traces only with the otel extra (pip install -e '.[test]')")
+    stored = stack.prometheus.exemplars('mmobs_exif_fallback_total{job="mmobs"}')
+    assert stored, "no exemplar stored"
+    assert all(stack.traced_fallbacks[labels["request_id"]] == labels["trace_id"] for labels in stored), stored
+    vllm = stack.vllm
+    if vllm is not None and vllm.otlp is not None:
+        from_vllm = stack.prometheus.exemplars(f'mmobs_exif_fallback_total{{job="{VLLM_JOB}"}}')
+        assert from_vllm, "no exemplar stored from the vLLM server"
+        for labels in from_vllm:  # each a trace the vLLM server exported, holding the request's fallback
+            spans = vllm.otlp.wait_for(
+                lambda spans: any(s.name == "mmobs.image.key" for s in spans), labels["trace_id"]
+            )
+            servers = [span for span in spans if span.scope == "mmobs" and span.kind == 2]  # the preset's HTTP span
+            assert [span.attributes["mmobs.request_id"] for span in servers] == [labels["request_id"]]
 
 
 def test_exposition_passes_promtool_check_metrics(stack):

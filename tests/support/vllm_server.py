@@ -163,6 +163,9 @@ class VllmServer(ManagedProcess):
         if _group_alive(pid):
             os.killpg(pid, signal.SIGKILL)
         _remove_orphaned_shared_memory(self.shm_before)
+        otlp = getattr(self, "otlp", None)
+        if otlp is not None:
+            otlp.stop()
 
     def wait_for_warm_up(self, api_servers: int = 1) -> None:
         """Until each API server has logged the end of its multimodal warm-up (healthy comes before it)."""

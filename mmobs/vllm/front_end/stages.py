@@ -44,6 +44,7 @@ from time import perf_counter
 from typing import Any
 
 from mmobs.events import NULL_OBSERVER, get_observer
+from mmobs.observability import tracing
 from mmobs.vllm.decode_free_hits.lazy_image import LazyImage
 from mmobs.vllm.front_end.front_end_metrics import MODALITIES, front_end_metrics
 
@@ -71,6 +72,8 @@ class _Pending(threading.local):
 
     stage: str | None = None
     started: float = 0.0
+    #: The wall clock when it opened, for its span (0: the request is not traced).
+    started_ns: int = 0
 
 
 _pending = _Pending()
@@ -131,10 +134,14 @@ def media_fetch(original: Callable[..., Any]) -> Callable[..., Any]:
 def download(original: Callable[..., Any]) -> Callable[..., Any]:
     """``HTTPConnection.get_bytes`` or ``async_get_bytes``, timed when a media fetch called it."""
 
-    def observe(modality: str, started: float, data: Any) -> None:
+    def observe(modality: str, started: float, data: Any, live: Any) -> None:
         nbytes = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else None
         outcome = "ok" if data is not None else "failed"
         front_end_metrics().observe_download(modality, "http", outcome, perf_counter() - started, nbytes)
+        if live is not None:
+            live.set_attribute("mmobs.outcome", outcome)
+            if nbytes is not None:
+                live.set_attribute("mmobs.media.bytes", nbytes)
 
     if inspect.iscoroutinefunction(original):
 
@@ -144,11 +151,12 @@ def download(original: Callable[..., Any]) -> Callable[..., Any]:
             if modality is None or not watched():
                 return await original(*args, **kwargs)
             started, data = perf_counter(), None
-            try:
-                data = await original(*args, **kwargs)
-                return data
-            finally:
-                observe(modality, started, data)
+            with tracing.span("mmobs.media.download", _download_attributes(modality)) as live:
+                try:
+                    data = await original(*args, **kwargs)
+                    return data
+                finally:
+                    observe(modality, started, data, live)
 
         return async_get_bytes
 
@@ -158,13 +166,18 @@ def download(original: Callable[..., Any]) -> Callable[..., Any]:
         if modality is None or not watched():
             return original(*args, **kwargs)
         started, data = perf_counter(), None
-        try:
-            data = original(*args, **kwargs)
-            return data
-        finally:
-            observe(modality, started, data)
+        with tracing.span("mmobs.media.download", _download_attributes(modality)) as live:
+            try:
+                data = original(*args, **kwargs)
+                return data
+            finally:
+                observe(modality, started, data, live)
 
     return get_bytes
+
+
+def _download_attributes(modality: str) -> dict[str, tracing.AttributeValue]:
+    return {"mmobs.modality": modality, "url.scheme": "http"}
 
 
 def file_url(original: Callable[..., Any], loader_class: type) -> Callable[..., Any]:
@@ -181,6 +194,7 @@ def file_url(original: Callable[..., Any], loader_class: type) -> Callable[..., 
             if _pending.stage is not None:  # refused before the loader (not allowed, not found)
                 _pending.stage = None
                 front_end_metrics().observe_download("image", "file", "failed", perf_counter() - _pending.started, None)
+                _close_span("file", "failed")
 
     return _load_file_url
 
@@ -196,10 +210,32 @@ def close_data_url() -> None:
     if _pending.stage == "base64":
         _pending.stage = None
         front_end_metrics().observe_base64("image", "refused", perf_counter() - _pending.started)
+        _close_span("base64", "refused")
 
 
 def _open(stage: str) -> None:
     _pending.stage, _pending.started = stage, perf_counter()
+    _pending.started_ns = tracing.now_ns() if tracing.recording() else 0
+
+
+#: The span of each stage that opens in one function and closes in another.
+_STAGE_SPANS: dict[str, tuple[str, dict[str, tracing.AttributeValue]]] = {
+    "base64": ("mmobs.media.base64", {"mmobs.modality": "image"}),
+    "file": ("mmobs.media.download", {"mmobs.modality": "image", "url.scheme": "file"}),
+}
+
+
+def _close_span(stage: str, outcome: str, nbytes: int | None = None) -> None:
+    """The pending stage's span, ended now (where the request is traced)."""
+    if not _pending.started_ns:
+        return
+    name, attributes = _STAGE_SPANS[stage]
+    attributes = {**attributes, "mmobs.outcome": outcome}  # a copy: the table's stays as it is
+    if nbytes is not None:
+        attributes["mmobs.media.bytes"] = nbytes
+    tracing.record_span(
+        name, _pending.started_ns, tracing.now_ns(), attributes, error=None if outcome == "ok" else outcome
+    )
 
 
 def loader_entered(now: float, data: bytes) -> None:
@@ -213,16 +249,18 @@ def loader_entered(now: float, data: bytes) -> None:
         front_end_metrics().observe_base64("image", "ok", seconds)
     else:
         front_end_metrics().observe_download("image", "file", "ok", seconds, len(data))
+    _close_span(stage, "ok", len(data))
 
 
-def decoded(data: bytes, result: Any, seconds: float) -> None:
-    """One image's load: decoded, skipped (a decode-free stand-in came back) or refused (``result`` None)."""
+def decoded(data: bytes, result: Any, seconds: float) -> str:
+    """One image's load: decoded, skipped (a decode-free stand-in came back) or refused (``result`` None); its outcome."""
     if result is None:
         outcome = "refused"
     else:
         media = getattr(result, "media", None)
         outcome = "skipped" if isinstance(media, LazyImage) and not media.decoded else "decoded"
     front_end_metrics().observe_decode("image", format_label(data), outcome, seconds)
+    return outcome
 
 
 def format_label(data: bytes) -> str:
@@ -248,11 +286,12 @@ def timed_processor(method: Callable[..., Any]) -> Callable[..., Any]:
         items = sum(counts.values())
         if not items or not watched():
             return method(mm_items, *args, **kwargs)
-        started = perf_counter()
-        try:
-            return method(mm_items, *args, **kwargs)
-        finally:
-            front_end_metrics().observe_processor(_modality(counts), items, perf_counter() - started)
+        started, modality = perf_counter(), _modality(counts)
+        with tracing.span("mmobs.hf_processor", {"mmobs.modality": modality, "mmobs.items": items}):
+            try:
+                return method(mm_items, *args, **kwargs)
+            finally:
+                front_end_metrics().observe_processor(modality, items, perf_counter() - started)
 
     _apply_hf_processor_main.__mmobs_timed__ = True  # type: ignore[attr-defined]
     return _apply_hf_processor_main
@@ -284,7 +323,9 @@ def process_inputs(original: Callable[..., Any]) -> Callable[..., Any]:
         arrival = getattr(request, "arrival_time", None)
         if isinstance(arrival, (int, float)) and watched():
             features = getattr(request, "mm_features", None) or ()
-            front_end_metrics().observe_front_end(_model_name(self), len(features), time.time() - arrival)
+            now = time.time()
+            front_end_metrics().observe_front_end(_model_name(self), len(features), now - arrival)
+            tracing.record_span("mmobs.front_end", int(arrival * 1e9), int(now * 1e9), {"mmobs.items": len(features)})
         return request
 
     return wrapper

@@ -36,6 +36,7 @@ from PIL import Image
 from mmobs.events import ExifFallback, Hashed, KeySource, MediaKeyed, MediaKind, get_observer
 from mmobs.keys.hashing import IMAGE_ID_TAG
 from mmobs.keys.media import is_media_with_bytes
+from mmobs.observability import tracing
 from mmobs.vllm.decode_free_hits import decode_skip
 from mmobs.vllm.decode_free_hits.lazy_image import LazyImage
 
@@ -174,6 +175,9 @@ def serialize_item(original: Callable[..., Iterable[Any]]) -> Callable[..., Iter
             _current_item.reset(token)
         observer = get_observer()
         source = item.key_source()
+        call = _current_hash.get()
+        if call is not None:
+            call.key_source = source
         if observer.wants_item_digest(kind, obj):
             return _teed(chunks, kind, source, obj)
         observer.media_keyed(MediaKeyed(kind, source, obj, None))
@@ -194,10 +198,13 @@ def _teed(chunks: Iterable[Any], kind: MediaKind, source: KeySource, obj: object
 
 
 class _HashCall:
-    __slots__ = ("nbytes",)
+    """One ``hash_kwargs`` call: the bytes fed to the digest, and the key source of its media item."""
+
+    __slots__ = ("key_source", "nbytes")
 
     def __init__(self) -> None:
         self.nbytes = 0
+        self.key_source: KeySource | None = None
 
 
 _current_hash: contextvars.ContextVar[_HashCall | None] = contextvars.ContextVar("mmobs_vllm_hash", default=None)
@@ -255,12 +262,18 @@ def hash_kwargs_reading_the_environment(original: Callable[..., str]) -> Callabl
 
 def _timed_hash(call_original: Callable[[], str], algorithm: str, kwargs: dict[str, object]) -> str:
     call = _HashCall()
-    token = _current_hash.set(call)
-    started = perf_counter()
-    try:
-        key = call_original()
-    finally:
-        _current_hash.reset(token)
+    name = "mmobs.image.key" if "image" in kwargs else "mmobs.media.key"
+    with tracing.span(name, {"mmobs.hash.algorithm": algorithm}) as live:  # the fallback's event goes on it
+        token = _current_hash.set(call)
+        started = perf_counter()
+        try:
+            key = call_original()
+        finally:
+            _current_hash.reset(token)
+        if live is not None:
+            live.set_attribute("mmobs.hash.bytes", call.nbytes)
+            if call.key_source is not None:
+                live.set_attribute("mmobs.key_source", call.key_source)
     get_observer().hashed(Hashed(algorithm, perf_counter() - started, call.nbytes))
     image = kwargs.get("image")
     if image is not None:  # an image item's mm_hash, as the processor cache knows it

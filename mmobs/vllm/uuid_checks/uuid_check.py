@@ -40,6 +40,7 @@ from typing import Any
 from blake3 import blake3
 
 from mmobs.events import NULL_OBSERVER, observing
+from mmobs.observability import tracing
 from mmobs.observability.log_fields import safe_text
 from mmobs.vllm.cache_drift.cache_attempt import request_id_now
 from mmobs.vllm.startup_log import say, whole_number_env
@@ -156,18 +157,24 @@ class UuidChecker:
                     self.metrics.item["uuid_only"].inc()
         if not with_data:
             return
-        with observing(NULL_OBSERVER):
-            content = rehash(dataclasses.replace(inputs, mm_uuid_items=uuids))
-        refusal: UuidConflictError | None = None
-        for modality, index, uuid in with_data:
-            self.metrics.item["checked"].inc()
-            previous = self.index.remember(hashes[modality][index], content[modality][index])
-            if previous is not None:
-                error = self._conflict(modality, uuid, previous, content[modality][index])
-                refusal = refusal or error
-        self.metrics.index_size(len(self.index), self.index.nbytes)
-        if refusal is not None:  # every item counted and logged first; the request refused once
-            raise refusal
+        # A conflict's event goes on this span; the items' content keys are its children.
+        with tracing.span("mmobs.uuid_check", {"mmobs.items": len(with_data)}) as live:
+            with observing(NULL_OBSERVER):
+                content = rehash(dataclasses.replace(inputs, mm_uuid_items=uuids))
+            refusal: UuidConflictError | None = None
+            conflicts = 0
+            for modality, index, uuid in with_data:
+                self.metrics.item["checked"].inc()
+                previous = self.index.remember(hashes[modality][index], content[modality][index])
+                if previous is not None:
+                    conflicts += 1
+                    error = self._conflict(modality, uuid, previous, content[modality][index])
+                    refusal = refusal or error
+            self.metrics.index_size(len(self.index), self.index.nbytes)
+            if live is not None:
+                live.set_attribute("mmobs.conflicts", conflicts)
+            if refusal is not None:  # every item counted and logged first; the request refused once
+                raise refusal
 
     def could_not_check(self, error: Exception) -> None:
         """The check itself failed (vLLM's keys stand, the request goes on): one warning per exception type."""
