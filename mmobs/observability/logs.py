@@ -38,7 +38,7 @@ from mmobs.events import ExifCorruptWarning, get_observer
 from mmobs.observability.context import current_request
 from mmobs.observability.log_fields import MAX_FIELD_CHARS, safe_text
 from mmobs.observability.stdlib_events import events_route
-from mmobs.observability.tracing import add_span_event
+from mmobs.observability.tracing import add_span_event, current_trace_id
 
 __all__ = [
     "MAX_FIELD_CHARS",
@@ -66,7 +66,7 @@ _UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi"
 
 
 def add_request_context(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    """The current request's ``request_id`` and ``route`` (a structlog processor).
+    """The current request's ``request_id`` and ``route``, and its ``trace_id`` where traced (a structlog processor).
 
     Put it in your own chain if you configure structlog yourself;
     :func:`configure_logging` does. It reads the request the middleware
@@ -78,6 +78,9 @@ def add_request_context(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str
     if stats is not None:
         event_dict.setdefault("request_id", stats.request_id)
         event_dict.setdefault("route", stats.route)
+        trace_id = current_trace_id()
+        if trace_id is not None:
+            event_dict.setdefault("trace_id", trace_id)
     elif "request_id" not in event_dict:
         error = _exception_of(event_dict.get("exc_info"))
         request = getattr(error, REQUEST_ATTRIBUTE, None)

@@ -28,6 +28,7 @@ from typing import Any
 
 from mmobs.observability.context import current_request
 from mmobs.observability.log_fields import safe_text
+from mmobs.observability.tracing import current_trace_id
 
 __all__ = ["JSONFormatter", "StdlibEventLogger", "events_route", "log_events_to_stdlib"]
 
@@ -108,6 +109,9 @@ class StdlibEventLogger:
         if request is not None:
             fields.setdefault("request_id", request.request_id)
             fields.setdefault("route", request.route)
+            trace_id = current_trace_id()
+            if trace_id is not None:
+                fields.setdefault("trace_id", trace_id)
         extra: dict[str, Any] = {
             (f"{key}_" if key in _RECORD_ATTRIBUTES else key): value for key, value in fields.items()
         }

@@ -132,6 +132,11 @@ def test_the_seeds_image_is_one_trace_with_its_load_key_and_fallback_event(
     assert image.start_ns <= load.start_ns <= load.end_ns <= key.start_ns <= key.end_ns <= image.end_ns
     assert server.start_ns <= image.start_ns and image.end_ns <= server.end_ns
 
+    (logged,) = [
+        e for e in service.log_events() if e.get("event") == "exif_fallback" and e.get("request_id") == "traced-seed"
+    ]
+    assert logged["trace_id"] == trace_id  # the log line leads to the trace
+
     metrics = service.metrics(**OPENMETRICS)
     labels = {"trace_id": trace_id, "request_id": "traced-seed"}
     assert exemplar(metrics, 'mmobs_exif_fallback_total{exception="SyntaxError",kind="media_with_bytes"}') == labels

@@ -120,6 +120,12 @@ def test_the_seeds_image_is_one_trace_with_vllms_span_and_mmobss(vllm_server: Vl
     assert front_end.attributes == {"mmobs.items": 1}
     assert front_end.start_ns <= load.start_ns and key.end_ns <= front_end.end_ns
 
+    # The log line names it too.
+    (logged,) = [
+        line for line in vllm_server.log_lines() if " exif_fallback " in line and f"request_id={request_id}" in line
+    ]
+    assert f"trace_id={trace_id}" in logged, logged
+
     # The fallback counter's exemplar names this request and this trace (MMOBS_VLLM_OPENMETRICS=1).
     scrape = httpx.get(vllm_server.url + "/metrics", headers=OPENMETRICS, timeout=10)
     assert scrape.headers["content-type"].startswith("application/openmetrics-text")
