@@ -120,11 +120,10 @@ def _tracer() -> Any:
 
 
 def _recording_span() -> Any:
-    """The active span if it records, else ``None`` (also where OpenTelemetry was never imported)."""
-    otel = _otel or _api()
-    if otel is None:
+    """The active span if it records, else ``None``: at once where the process has no tracer provider."""
+    if not (_on or tracing_on()):
         return None
-    current = otel.trace.get_current_span()
+    current = _otel.trace.get_current_span()
     return current if current.is_recording() else None
 
 
