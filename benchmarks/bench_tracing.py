@@ -103,7 +103,11 @@ def run(cfg: Config, out: harness.Report) -> None:
         provider.shutdown()
     rows = []
     for label in paths:
-        base, shipped_off, traced = off[label]["without tracing code"], off[label]["tracing off"], on[label]["tracing on"]
+        base, shipped_off, traced = (
+            off[label]["without tracing code"],
+            off[label]["tracing off"],
+            on[label]["tracing on"],
+        )
         rows.append(
             [
                 label,
@@ -129,7 +133,11 @@ def run(cfg: Config, out: harness.Report) -> None:
 
 
 def _compare(
-    paths: dict[str, Callable[[], object]], name: str, without: Callable[[], None], shipped: Callable[[], None], rounds: int
+    paths: dict[str, Callable[[], object]],
+    name: str,
+    without: Callable[[], None],
+    shipped: Callable[[], None],
+    rounds: int,
 ) -> dict[str, dict[str, harness.Stats]]:
     results = {}
     for label, call in paths.items():
