@@ -31,6 +31,7 @@ import pytest
 from tests.docs.test_runbooks import run_commands
 from tests.support import require_binary
 from tests.support.markdown import fenced_blocks
+from tests.support.otlp_receiver import OTLP_TEST_ENV
 from tests.support.vllm_server import DEFAULT_VENV, VllmServer
 from tests.vllm.test_vllm_server import ROUTE, SEED, chat
 
@@ -109,13 +110,25 @@ def test_the_page_sets_its_paths_once_and_uses_no_others() -> None:
     assert 'bin/python" scripts/make_tiny_vlm.py "$MODEL"' in text  # what tests/vllm_server.make_model runs
 
 
+def _without_tracing(command: list[str]) -> list[str]:
+    if "--otlp-traces-endpoint" not in command:
+        return command
+    at = command.index("--otlp-traces-endpoint")
+    return command[:at] + command[at + 2 :]
+
+
 def test_the_serve_commands_are_what_the_servers_run(vllm_server: VllmServer) -> None:
     serves = [c for c in page_commands(PAGE.read_text(encoding="utf-8")) if '/bin/vllm" serve' in c]
     assert len(serves) == 2 and all(c.endswith("2>&1 | tee server.log") for c in serves)
     text_log, json_log = (serve_words(c, vllm_server) for c in serves)
     start = text_log.index(vllm_server.command[0])
-    assert dict(w.split("=", 1) for w in text_log[:start]) == {"VLLM_CPU_KVCACHE_SPACE": "1", **vllm_server.extra_env}
-    assert text_log[start:] == vllm_server.command
+    # The shared server also exports its traces to the tests' receiver (docs/vllm.md#traces): the page's
+    # command is the server's without those settings.
+    command, env = _without_tracing(vllm_server.command), dict(vllm_server.extra_env)
+    for name in (*OTLP_TEST_ENV, "MMOBS_VLLM_OPENMETRICS"):
+        env.pop(name, None)
+    assert dict(w.split("=", 1) for w in text_log[:start]) == {"VLLM_CPU_KVCACHE_SPACE": "1", **env}
+    assert text_log[start:] == command
     assert json_log == [f"VLLM_LOGGING_CONFIG_PATH={vllm_server.media_dir.parent}/vllm-logging.json", *text_log]
 
 

@@ -20,9 +20,10 @@ import openai
 import pytest
 
 from tests.support import golden
+from tests.support.media_server import serving
 from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.support.vllm_server import VllmServer
-from tests.vllm.test_vllm_front_end_server import fresh_jpeg
+from tests.vllm.test_vllm_front_end_server import fresh_jpeg, published
 from tests.vllm.test_vllm_uuid_server import send
 
 pytestmark = pytest.mark.vllm_server
@@ -86,9 +87,10 @@ def test_the_seeds_image_is_one_trace_with_vllms_span_and_mmobss(vllm_server: Vl
     assert status == 200
 
     wanted = (SERVER_SPAN, "llm_request", "mmobs.media.base64", "mmobs.image.load", "mmobs.image.key")
-    spans = otlp.wait_for(has(*wanted, "mmobs.hf_processor", "mmobs.front_end"), trace_id)
+    # (No processor span: earlier tests sent the seed's image, so the processor cache holds it.)
+    spans = otlp.wait_for(has(*wanted, "mmobs.front_end"), trace_id)
     server, llm, base64_span, load, key = (one(spans, name) for name in wanted)
-    processor, front_end = one(spans, "mmobs.hf_processor"), one(spans, "mmobs.front_end")
+    front_end = one(spans, "mmobs.front_end")
     assert {span.scope for span in spans if span is not llm} == {"mmobs"} and llm.scope != "mmobs"
 
     # One trace: the client's span, the HTTP server span mmobs started, and everything else under it.
@@ -100,8 +102,8 @@ def test_the_seeds_image_is_one_trace_with_vllms_span_and_mmobss(vllm_server: Vl
         "mmobs.request_id": request_id,
         "http.response.status_code": 200,
     }
-    assert all(span.parent_span_id == server.span_id for span in (llm, base64_span, load, key, processor, front_end))
-    assert all(span.status_code == UNSET and span.kind == INTERNAL for span in (base64_span, load, key, processor))
+    assert all(span.parent_span_id == server.span_id for span in (llm, base64_span, load, key, front_end))
+    assert all(span.status_code == UNSET and span.kind == INTERNAL for span in (base64_span, load, key))
 
     assert base64_span.attributes == {"mmobs.modality": "image", "mmobs.outcome": "ok", "mmobs.media.bytes": len(SEED)}
     assert load.attributes == {
@@ -116,7 +118,6 @@ def test_the_seeds_image_is_one_trace_with_vllms_span_and_mmobss(vllm_server: Vl
         "SyntaxError", "media_with_bytes", "original_bytes",
     )  # fmt: skip
     assert fallback["error"] and fallback["format"] == "JPEG"
-    assert processor.attributes == {"mmobs.modality": "image", "mmobs.items": 1}
     assert front_end.attributes == {"mmobs.items": 1}
     assert front_end.start_ns <= load.start_ns and key.end_ns <= front_end.end_ns
 
@@ -201,3 +202,29 @@ def test_a_scrape_that_does_not_ask_for_openmetrics_is_vllms_own(vllm_server: Vl
     assert " # {" not in scrape.text and "vllm:request_success_created" in scrape.text
     openmetrics = httpx.get(vllm_server.url + "/metrics", headers=OPENMETRICS, timeout=10).text
     assert openmetrics.endswith("# EOF\n") and "vllm:request_success_total" in openmetrics
+
+
+@pytest.mark.parametrize("scheme", ["http", "file"])
+def test_an_image_by_url_has_its_download_span_before_its_load(
+    vllm_server: VllmServer, otlp: OtlpReceiver, scheme: str
+) -> None:
+    data = fresh_jpeg()
+    name = published(vllm_server, data, ".jpg")
+    header, trace_id, _ = traceparent()
+    if scheme == "http":
+        with serving(vllm_server.media_dir) as media:
+            status, _ = chat(vllm_server, f"{media}/{name}", {"traceparent": header})
+    else:
+        status, _ = chat(vllm_server, (vllm_server.media_dir / name).as_uri(), {"traceparent": header})
+    assert status == 200
+    spans = otlp.wait_for(has(SERVER_SPAN, "mmobs.media.download", "mmobs.image.load"), trace_id)
+    server, download, load = (one(spans, n) for n in (SERVER_SPAN, "mmobs.media.download", "mmobs.image.load"))
+    assert download.parent_span_id == server.span_id and download.status_code == UNSET
+    assert download.attributes == {
+        "mmobs.modality": "image",
+        "url.scheme": scheme,
+        "mmobs.outcome": "ok",
+        "mmobs.media.bytes": len(data),
+    }
+    assert download.end_ns <= load.start_ns and load.attributes["mmobs.media.bytes"] == len(data)
+    assert "mmobs.media.base64" not in {span.name for span in spans}
