@@ -138,8 +138,8 @@ class MMObsMiddleware:
         mmobs's spans and events, and the app's, share one trace (see
         :func:`~mmobs.observability.tracing.start_server_span`). Off by default:
         an app traced by an ASGI instrumentation has its span already, and
-        mmobs's go under it either way. Traced requests' exemplars carry the
-        trace id.
+        mmobs's go under it either way. (Traced requests' exemplars carry the
+        trace id whether or not mmobs started the span.)
     """
 
     def __init__(
