@@ -81,13 +81,31 @@ def one(spans: list[ReceivedSpan], name: str) -> ReceivedSpan:
     return found
 
 
+def decode_counts(server: VllmServer) -> dict[str, float]:
+    """The JPEG loads vLLM's API server counted so far, by outcome (decoded, skipped)."""
+    samples = server.samples("mmobs_vllm_mm_decode_seconds_count")
+    return {
+        outcome: samples.get(
+            ("mmobs_vllm_mm_decode_seconds_count", (("format", "jpeg"), ("modality", "image"), ("outcome", outcome))),
+            0.0,
+        )
+        for outcome in ("decoded", "skipped")
+    }
+
+
 def test_the_seeds_image_is_one_trace_with_vllms_span_and_mmobss(vllm_server: VllmServer, otlp: OtlpReceiver) -> None:
     header, trace_id, client_span = traceparent()
+    before = decode_counts(vllm_server)
     status, request_id = chat(vllm_server, data_url(SEED), {"traceparent": header})
     assert status == 200
+    # Decoded, or a decode-free hit where an earlier test's request left the image in the processor cache:
+    # the load span says what the decode histogram counted for this request, exactly once.
+    moved = {outcome: count - before[outcome] for outcome, count in decode_counts(vllm_server).items()}
+    (outcome,) = [outcome for outcome, delta in moved.items() if delta == 1]
+    assert sum(moved.values()) == 1, moved
 
     wanted = (SERVER_SPAN, "llm_request", "mmobs.media.base64", "mmobs.image.load", "mmobs.image.key")
-    # (No processor span: earlier tests sent the seed's image, so the processor cache holds it.)
+    # (No processor span is required: where an earlier request left the image in the processor cache there is none.)
     spans = otlp.wait_for(has(*wanted, "mmobs.front_end"), trace_id)
     server, llm, base64_span, load, key = (one(spans, name) for name in wanted)
     front_end = one(spans, "mmobs.front_end")
@@ -109,7 +127,7 @@ def test_the_seeds_image_is_one_trace_with_vllms_span_and_mmobss(vllm_server: Vl
     assert load.attributes == {
         "mmobs.image.format": "jpeg",
         "mmobs.media.bytes": len(SEED),
-        "mmobs.outcome": "decoded",
+        "mmobs.outcome": outcome,
     }
     assert base64_span.end_ns <= load.start_ns <= load.end_ns <= key.start_ns
     assert key.attributes["mmobs.key_source"] == "original_bytes" and key.attributes["mmobs.hash.bytes"] > len(SEED)
