@@ -11,6 +11,7 @@ import pytest
 
 from mmobs.events import RecordingObserver, observing
 from tests.support.otlp_receiver import OTLP_TEST_ENV, OtlpReceiver, otlp_proto_available
+from tests.support.prefetch import Prefetcher, in_order_of_use, last
 from tests.support.vllm_pool import ServerContext, ServerPool, kinds_in_order_of_use, vllm_server_fixture
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, server_venv, write_json_logging_config
 
@@ -65,16 +66,38 @@ def silent_observer() -> Iterator[None]:
 
 
 # =============================================================================
-# Real vLLM servers (tests/vllm, test_prometheus.py, test_vllm_docs.py): each kind started once per
-# session and booted before its tests ask for it (tests/support/vllm_pool.py)
+# Background work: results computed from the session's start, their tests run last
+# (tests/support/prefetch.py); and real vLLM servers (tests/vllm, test_prometheus.py,
+# test_vllm_docs.py): each kind started once per session and booted before its tests ask for it
+# (tests/support/vllm_pool.py)
 # =============================================================================
 
+_PREFETCHED = pytest.StashKey[list[str]]()
 _VLLM_KINDS = pytest.StashKey[list[str]]()
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    last(items)
+    config.stash[_PREFETCHED] = in_order_of_use(items)
     config.stash[_VLLM_KINDS] = kinds_in_order_of_use(items)
+
+
+@pytest.fixture(scope="session")
+def prefetcher(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prefetcher]:
+    """The session's prefetched results, computed in the order the collected tests first use them."""
+    prefetcher = Prefetcher(request.config.stash.get(_PREFETCHED, []), tmp_path_factory)
+    try:
+        yield prefetcher
+    finally:
+        prefetcher.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _prefetch_from_the_first_test(request: pytest.FixtureRequest) -> None:
+    """Start the background work with the session's first test, where its tests are collected."""
+    if request.config.stash.get(_PREFETCHED, []):
+        request.getfixturevalue("prefetcher")
 
 
 @pytest.fixture(scope="session")

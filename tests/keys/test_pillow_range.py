@@ -20,12 +20,15 @@ import os
 import subprocess
 import sys
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import PIL
 import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
+
+from tests.support.prefetch import prefetched_fixture
 
 pytestmark = pytest.mark.slow
 
@@ -68,26 +71,26 @@ def test_the_releases_start_at_the_declared_floor_and_are_all_allowed() -> None:
     assert all(declared.specifier.contains(release) for release in PILLOW_RELEASES)
 
 
-def _install(release: str, folder: Path) -> Path:
+RELEASES_HERE = [release for release in (*BELOW_THE_FLOOR, *PILLOW_RELEASES) if release != PIL.__version__]
+
+
+def _install(release: str, folder: Path) -> Path | str:
+    """Pillow ``release`` in a folder of its own, or why pip could not install it."""
     target = folder / f"pillow-{release}"
     command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary=:all:"]
     result = subprocess.run(
         [*command, "--target", str(target), f"Pillow=={release}"], capture_output=True, text=True, timeout=300
     )
     if result.returncode != 0:
-        message = f"could not install Pillow {release} from the package index: {result.stderr.strip()[-600:]}"
-        if REQUIRE:
-            pytest.fail(f"{message}; MMOBS_REQUIRE_PILLOW_RANGE=1 forbids skipping")
-        pytest.skip(message)
+        return f"could not install Pillow {release} from the package index: {result.stderr.strip()[-600:]}"
     return target
 
 
-@pytest.mark.parametrize(
-    "release", [release for release in (*BELOW_THE_FLOOR, *PILLOW_RELEASES) if release != PIL.__version__]
-)
-def test_the_pillow_sensitive_tests_pass_under(release: str, tmp_path: Path) -> None:
-    """Pillow ``release`` first on the path of a child pytest; every test there passes (or skips for its reason)."""
-    target = _install(release, tmp_path)
+def _child_pytest(release: str, folder: Path) -> subprocess.CompletedProcess[str] | str:
+    """The Pillow-sensitive tests in a child pytest with Pillow ``release`` first on its path."""
+    target = _install(release, folder)
+    if isinstance(target, str):
+        return target
     environment = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(target), *filter(None, [os.environ.get("PYTHONPATH")])]),
@@ -96,7 +99,7 @@ def test_the_pillow_sensitive_tests_pass_under(release: str, tmp_path: Path) -> 
     tests = [ISOLATION] if release in BELOW_THE_FLOOR else PILLOW_SENSITIVE
     # The corpus's costly inputs (decode budgets: seconds of decoding each, against vLLM's loader) run once,
     # under the environment's own Pillow; each release here gets every other case.
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "-k", "not costly", *tests],
         capture_output=True,
         text=True,
@@ -104,5 +107,27 @@ def test_the_pillow_sensitive_tests_pass_under(release: str, tmp_path: Path) -> 
         cwd=ROOT,
         env=environment,
     )
+
+
+@prefetched_fixture
+def pillow_range_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str] | str]:
+    """Each release's child pytest (or why Pillow could not be installed), two at a time, in the background."""
+    with ThreadPoolExecutor(2) as pool:
+        runs = {
+            release: pool.submit(_child_pytest, release, tmp_path_factory.mktemp("pillow")) for release in RELEASES_HERE
+        }
+        return {release: run.result() for release, run in runs.items()}
+
+
+@pytest.mark.parametrize("release", RELEASES_HERE)
+def test_the_pillow_sensitive_tests_pass_under(
+    release: str, pillow_range_runs: dict[str, subprocess.CompletedProcess[str] | str]
+) -> None:
+    """Pillow ``release`` first on the path of a child pytest; every test there passes (or skips for its reason)."""
+    result = pillow_range_runs[release]
+    if isinstance(result, str):
+        if REQUIRE:
+            pytest.fail(f"{result}; MMOBS_REQUIRE_PILLOW_RANGE=1 forbids skipping")
+        pytest.skip(result)
     assert result.returncode == 0, f"under Pillow {release}:\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}"
     assert " passed" in result.stdout.splitlines()[-1], result.stdout[-2000:]

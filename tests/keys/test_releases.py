@@ -35,6 +35,7 @@ from mmobs.events import RecordingObserver, observing
 from mmobs.keys.hashing import MultiModalHasher, UnsupportedTypeWarning
 from mmobs.keys.releases import NEWEST, RELEASES, key_format
 from tests.support import golden
+from tests.support.prefetch import prefetched_fixture
 from tests.support.vllm_releases import (
     releases_under_test,
     require_release_dependencies,
@@ -82,21 +83,31 @@ def _probe(version: str, directory: Path, files: dict[str, Path]) -> dict[str, A
     return run_in_release(version, tree, PROBE, request, directory)
 
 
-@pytest.fixture(scope="module")
-def image_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return _image_files(tmp_path_factory.mktemp("release-inputs"))
+@prefetched_fixture
+def release_probes(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], dict[str, dict[str, Any] | str]]:
+    """The image files, and each release's report on them (or the reason it has none), two releases at a time.
 
-
-@pytest.fixture(scope="module")
-def reports(image_files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any] | str]:
-    """Each release's report (or the reason it has none), two releases probed at a time."""
+    Computed in the background from the session's start (tests/support/prefetch.py): each probe is a
+    child interpreter importing torch and the release's vLLM, about ten seconds of one core.
+    """
     require_release_dependencies()
+    files = _image_files(tmp_path_factory.mktemp("release-inputs"))
     with ThreadPoolExecutor(2) as pool:
         futures = {
-            version: pool.submit(_probe, version, tmp_path_factory.mktemp(f"vllm-{version}"), image_files)
+            version: pool.submit(_probe, version, tmp_path_factory.mktemp(f"vllm-{version}"), files)
             for version in RELEASES_UNDER_TEST
         }
-        return {version: future.result() for version, future in futures.items()}
+        return files, {version: future.result() for version, future in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def image_files(release_probes: tuple[dict[str, Path], dict[str, Any]]) -> dict[str, Path]:
+    return release_probes[0]
+
+
+@pytest.fixture(scope="module")
+def reports(release_probes: tuple[dict[str, Path], dict[str, Any]]) -> dict[str, dict[str, Any] | str]:
+    return release_probes[1]
 
 
 def _report(reports: dict[str, Any], version: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ the plugin key the golden inputs:
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from mmobs import key_for_bytes
 from mmobs.keys.releases import key_format
 from mmobs.vllm.releases import FIRST_PROVEN, unproven
 from tests.support import golden
+from tests.support.prefetch import prefetched_fixture
 from tests.support.vllm_releases import (
     releases_under_test,
     require_release_dependencies,
@@ -58,10 +60,47 @@ def _probe(version: str, directory: Path, fix: bool) -> dict[str, Any]:
     return run_in_release(version, tree, PROBE, files, directory, env={"MMOBS_VLLM_EXIF_FIX": "1" if fix else "0"})
 
 
+def _probe_or_why_not(version: str, directory: Path, fix: bool) -> dict[str, Any] | BaseException:
+    try:
+        return _probe(version, directory, fix)
+    except BaseException as error:  # a skip, or a failure: raised again by the test that reads it
+        return error
+
+
+@prefetched_fixture
+def plugin_probes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, bool], dict[str, Any] | BaseException]:
+    """Each release's report with the fix on, and with it off where the release needs it, two at a time.
+
+    Computed in the background from the session's start (tests/support/prefetch.py): each probe is a
+    child interpreter importing torch and the release's vLLM.
+    """
+    runs = [(version, True) for version in RELEASES] + [
+        (version, False) for version in RELEASES if not _tolerant(version)
+    ]
+    with ThreadPoolExecutor(2) as pool:
+        futures = {
+            (version, fix): pool.submit(
+                _probe_or_why_not,
+                version,
+                tmp_path_factory.mktemp(f"plugin-{version}-fix-{'on' if fix else 'off'}"),
+                fix,
+            )
+            for version, fix in runs
+        }
+        return {run: future.result() for run, future in futures.items()}
+
+
+def _report(plugin_probes: dict[tuple[str, bool], Any], version: str, fix: bool) -> dict[str, Any]:
+    found = plugin_probes[(version, fix)]
+    if isinstance(found, BaseException):
+        raise found
+    return found
+
+
 @pytest.fixture(scope="module", params=RELEASES)
-def release(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
+def release(request: pytest.FixtureRequest, plugin_probes: dict[tuple[str, bool], Any]) -> tuple[str, dict[str, Any]]:
     version = request.param
-    return version, _probe(version, tmp_path_factory.mktemp(f"plugin-{version}"), fix=True)
+    return version, _report(plugin_probes, version, fix=True)
 
 
 def _tolerant(version: str) -> bool:
@@ -120,9 +159,9 @@ def test_each_feature_not_proven_on_the_release_declines_with_one_line(release: 
 
 @pytest.mark.parametrize("version", [v for v in RELEASES if not _tolerant(v)])
 def test_with_the_fix_off_the_release_raises_as_before_and_the_fallback_is_counted(
-    version: str, tmp_path_factory: pytest.TempPathFactory
+    version: str, plugin_probes: dict[tuple[str, bool], Any]
 ) -> None:
-    report = _probe(version, tmp_path_factory.mktemp(f"plugin-{version}-fix-off"), fix=False)
+    report = _report(plugin_probes, version, fix=False)
     seed = report["with_plugin"][SEED]
     assert seed["raised"] == report["alone"][SEED]["raised"] == "SyntaxError"
     assert seed["moved"][FALLBACK] == 1.0
