@@ -37,9 +37,9 @@ from mmobs.keys.releases import NEWEST, RELEASES, key_format
 from tests.support import golden
 from tests.support.prefetch import prefetched_fixture
 from tests.support.vllm_releases import (
+    ReleaseRunner,
     releases_under_test,
     require_release_dependencies,
-    run_in_release,
     unpack_release,
 )
 
@@ -67,7 +67,7 @@ def _image_files(directory: Path) -> dict[str, Path]:
     return files
 
 
-def _probe(version: str, directory: Path, files: dict[str, Path]) -> dict[str, Any] | str:
+def _probe(runner: ReleaseRunner, version: str, directory: Path, files: dict[str, Path]) -> dict[str, Any] | str:
     """The release's report, or why there is none (a skip reason)."""
     try:
         tree = unpack_release(version, directory)
@@ -80,21 +80,21 @@ def _probe(version: str, directory: Path, files: dict[str, Path]) -> dict[str, A
         "files": {name: str(path) for name, path in files.items()},
         "image_modes": IMAGE_MODES,
     }
-    return run_in_release(version, tree, PROBE, request, directory)
+    return runner.run(version, tree, PROBE, request, directory)
 
 
 @prefetched_fixture
 def release_probes(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], dict[str, dict[str, Any] | str]]:
     """The image files, and each release's report on them (or the reason it has none), two releases at a time.
 
-    Computed in the background from the session's start (tests/support/prefetch.py): each probe is a
-    child interpreter importing torch and the release's vLLM, about ten seconds of one core.
+    Computed in the background from the session's start (tests/support/prefetch.py), each probe in a
+    process of its own that imports the release's vLLM (``ReleaseRunner``).
     """
     require_release_dependencies()
     files = _image_files(tmp_path_factory.mktemp("release-inputs"))
-    with ThreadPoolExecutor(2) as pool:
+    with ReleaseRunner() as runner, ThreadPoolExecutor(2) as pool:
         futures = {
-            version: pool.submit(_probe, version, tmp_path_factory.mktemp(f"vllm-{version}"), files)
+            version: pool.submit(_probe, runner, version, tmp_path_factory.mktemp(f"vllm-{version}"), files)
             for version in RELEASES_UNDER_TEST
         }
         return files, {version: future.result() for version, future in futures.items()}

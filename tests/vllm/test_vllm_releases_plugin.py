@@ -28,9 +28,9 @@ from mmobs.vllm.releases import FIRST_PROVEN, unproven
 from tests.support import golden
 from tests.support.prefetch import prefetched_fixture
 from tests.support.vllm_releases import (
+    ReleaseRunner,
     releases_under_test,
     require_release_dependencies,
-    run_in_release,
     unpack_release,
 )
 
@@ -38,8 +38,7 @@ PROBE = Path(__file__).with_name("release_plugin_probe.py")
 SEED = "bad-exif-header.jpg"
 FALLBACK = "mmobs_exif_fallback_total{exception=SyntaxError,kind=media_with_bytes}"
 #: By default each key format's first release (0.25.1 for 0.25: the seed's bug was reported on it), the
-#: last release without the fix and the newest (each probe is a child interpreter importing vLLM: ~25 s);
-#: ``MMOBS_VLLM_RELEASES`` names others.
+#: last release without the fix and the newest; ``MMOBS_VLLM_RELEASES`` names others.
 RELEASES = releases_under_test() if os.environ.get("MMOBS_VLLM_RELEASES") else [
     "0.25.1", "0.27.1", "0.30.0", "0.31.0", "0.33.0", "0.34.0"
 ]  # fmt: skip
@@ -53,16 +52,18 @@ DECLINED_LINES = {
 }
 
 
-def _probe(version: str, directory: Path, fix: bool) -> dict[str, Any]:
+def _probe(runner: ReleaseRunner, version: str, directory: Path, fix: bool) -> dict[str, Any]:
     require_release_dependencies()
     tree = unpack_release(version, directory)
     files = {path.name: str(path) for path in sorted((golden.GOLDEN_DIR / "inputs").iterdir())}
-    return run_in_release(version, tree, PROBE, files, directory, env={"MMOBS_VLLM_EXIF_FIX": "1" if fix else "0"})
+    return runner.run(version, tree, PROBE, files, directory, env={"MMOBS_VLLM_EXIF_FIX": "1" if fix else "0"})
 
 
-def _probe_or_why_not(version: str, directory: Path, fix: bool) -> dict[str, Any] | BaseException:
+def _probe_or_why_not(
+    runner: ReleaseRunner, version: str, directory: Path, fix: bool
+) -> dict[str, Any] | BaseException:
     try:
-        return _probe(version, directory, fix)
+        return _probe(runner, version, directory, fix)
     except BaseException as error:  # a skip, or a failure: raised again by the test that reads it
         return error
 
@@ -71,16 +72,17 @@ def _probe_or_why_not(version: str, directory: Path, fix: bool) -> dict[str, Any
 def plugin_probes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, bool], dict[str, Any] | BaseException]:
     """Each release's report with the fix on, and with it off where the release needs it, two at a time.
 
-    Computed in the background from the session's start (tests/support/prefetch.py): each probe is a
-    child interpreter importing torch and the release's vLLM.
+    Computed in the background from the session's start (tests/support/prefetch.py), each probe in a
+    process of its own that imports the release's vLLM (``ReleaseRunner``).
     """
     runs = [(version, True) for version in RELEASES] + [
         (version, False) for version in RELEASES if not _tolerant(version)
     ]
-    with ThreadPoolExecutor(2) as pool:
+    with ReleaseRunner() as runner, ThreadPoolExecutor(2) as pool:
         futures = {
             (version, fix): pool.submit(
                 _probe_or_why_not,
+                runner,
                 version,
                 tmp_path_factory.mktemp(f"plugin-{version}-fix-{'on' if fix else 'off'}"),
                 fix,
