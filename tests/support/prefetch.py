@@ -78,6 +78,9 @@ class Prefetcher:
 
     def __init__(self, order: Sequence[str], tmp_path_factory: pytest.TempPathFactory) -> None:
         self._tmp_path_factory = tmp_path_factory
+        # Made here, in the session's thread: pytest makes the session's base folder on first use, and two
+        # threads making it at once would each make one.
+        tmp_path_factory.getbasetemp()
         self._results: dict[str, Future[Any]] = {name: Future() for name in order}
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._compute_all, name="prefetch", daemon=True)
