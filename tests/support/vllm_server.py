@@ -122,6 +122,7 @@ class VllmServer(ManagedProcess):
         self.model = str(model)
         for sub in ("tmp", "cache", "xdg", "hf"):
             (directory / sub).mkdir(exist_ok=True)
+        _share_model_inspection(venv, directory)
         child_env = {
             key: value
             for key, value in os.environ.items()
@@ -196,6 +197,22 @@ class VllmServer(ManagedProcess):
 
     def log_lines(self) -> list[str]:
         return self.logs().splitlines()
+
+
+def _share_model_inspection(venv: Path, directory: Path) -> None:
+    """One cache of vLLM's model inspection for every server of an environment, as on a user's machine.
+
+    Each server has a cache folder of its own (``VLLM_CACHE_ROOT``), so each would inspect the model's
+    class in a child interpreter of its own (torch, vLLM and the model's module imported again: about
+    ten seconds of a core per boot). vLLM keys that cache by the model module's source, and one user's
+    servers share ``~/.cache/vllm``: so the servers of one environment share its ``modelinfos`` folder
+    (beside their own folders), and only the first of them inspects.
+    """
+    shared = directory.parent / f"vllm-modelinfos-{venv.name}"
+    shared.mkdir(exist_ok=True)
+    link = directory / "cache" / "modelinfos"
+    if not link.exists():
+        link.symlink_to(shared, target_is_directory=True)
 
 
 SHM = "/dev/shm"
