@@ -28,7 +28,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from tests.support.prefetch import prefetched_fixture
+from tests.support.prefetch import SESSION_ENVIRON, prefetched_fixture
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,11 @@ def _install(release: str, folder: Path) -> Path | str:
     target = folder / f"pillow-{release}"
     command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary=:all:"]
     result = subprocess.run(
-        [*command, "--target", str(target), f"Pillow=={release}"], capture_output=True, text=True, timeout=300
+        [*command, "--target", str(target), f"Pillow=={release}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=SESSION_ENVIRON,
     )
     if result.returncode != 0:
         return f"could not install Pillow {release} from the package index: {result.stderr.strip()[-600:]}"
@@ -92,8 +96,8 @@ def _child_pytest(release: str, folder: Path) -> subprocess.CompletedProcess[str
     if isinstance(target, str):
         return target
     environment = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(target), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        **SESSION_ENVIRON,
+        "PYTHONPATH": os.pathsep.join([str(target), *filter(None, [SESSION_ENVIRON.get("PYTHONPATH")])]),
         "MMOBS_EXPECTED_PILLOW": release,
     }
     tests = [ISOLATION] if release in BELOW_THE_FLOOR else PILLOW_SENSITIVE

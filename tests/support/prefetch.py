@@ -14,6 +14,10 @@ per-thread nice value, inherited by the threads and child processes it starts), 
 cycles the foreground leaves and slows the timed tests as little as it can. Those tests run last
 (:func:`last`), when the work is most likely done.
 
+The work runs beside tests that change ``os.environ`` for a while (``monkeypatch.setenv``), so a child
+process it starts must not inherit the environment of the moment: it is handed
+:data:`SESSION_ENVIRON`, the environment as the session began.
+
 An exception the function raises (a ``pytest.skip`` or ``pytest.fail`` included) is raised again by the
 fixture, in the test that asks for it, as if the fixture had computed it itself.
 """
@@ -23,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -33,6 +37,10 @@ Compute = Callable[[pytest.TempPathFactory], Any]
 
 #: Every declared result, by its fixture's name.
 PREFETCHED: dict[str, Compute] = {}
+#: The environment as the session began (this module is imported with the root conftest, before any test):
+#: what background work hands the processes it starts. Without it, a zygote started while a test had set
+#: ``VLLM_MAX_IMAGE_PIXELS`` made every vLLM release it ran refuse a 100-megapixel JPEG.
+SESSION_ENVIRON: Mapping[str, str] = dict(os.environ)
 #: How much lower the background's priority is than the foreground's (nice values, 0 to 19).
 NICENESS = 10
 

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from mmobs.keys.releases import RELEASES
+from tests.support.prefetch import SESSION_ENVIRON
 
 REQUIRE_VLLM_RELEASES = os.environ.get("MMOBS_REQUIRE_VLLM_RELEASES") == "1"
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +62,7 @@ def unpack_release(version: str, directory: Path) -> Path:
         done = subprocess.run(
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", f"vllm=={version}",
              "-d", str(wheels)],
-            capture_output=True, text=True, timeout=900,
+            capture_output=True, text=True, timeout=900, env=SESSION_ENVIRON,
         )  # fmt: skip
         found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
         if done.returncode != 0 or not found:
@@ -123,7 +124,7 @@ class ReleaseRunner:
             return self._idle.get_nowait()
         except queue.Empty:
             pass
-        env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        env = {key: value for key, value in SESSION_ENVIRON.items() if key != "PYTHONPATH"}
         zygote = subprocess.Popen(
             [sys.executable, str(ZYGOTE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
             env={**env, "VLLM_NO_USAGE_STATS": "1"}, cwd=ROOT,
