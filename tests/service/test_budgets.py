@@ -34,8 +34,10 @@ _RAMP = (np.add.outer(np.arange(4000), np.arange(4000)) % 251).astype(np.uint8)[
 SLOW_PNG = images.encode(Image.fromarray(np.stack([_RAMP, _RAMP, _RAMP // 2], -1)), "PNG")
 #: 49 MP of one colour in 250 KB: 147 MB of pixels, over a 64 MiB budget.
 FLAT_PNG = images.encode(Image.new("RGB", (7000, 7000), (9, 9, 9)), "PNG")
-#: ~0.012 s of CPU each: several of them breach a 0.05 s budget together, never one alone.
-SMALL_SLOW_PNG = images.encode(Image.fromarray(np.stack([_RAMP[:1500, :1500]] * 3, -1)), "PNG")
+#: ~0.0035 s of CPU each on a quiet machine: 48 of them breach a 0.05 s budget together (3 times over),
+#: never one alone (over 10 times under: a loaded machine's CPU seconds run dear, and one of 0.012 s once
+#: breached it alone).
+SMALL_SLOW_PNG = images.encode(Image.fromarray(np.stack([_RAMP[:800, :800]] * 3, -1)), "PNG")
 BAD = "mmobs_bad_images_total"
 
 
@@ -82,13 +84,12 @@ def test_over_the_cpu_budget_is_400_too_costly_counted_once(service: ServiceProc
 
 
 def test_the_budget_is_per_request_shared_by_its_images(service: ServiceProcess) -> None:
-    # One image alone fits, once the worker is warm. The test before this one had its worker replaced,
-    # and a loaded CI machine once refused images[0] of the request below: a fresh worker's first decodes
-    # cost more. Warmed, one image is under the budget, and it is six together that breach it.
+    # One image alone fits, once the worker is warm (the test before this one had its worker replaced,
+    # and a fresh worker's first key costs more); it is many together that breach the budget.
     for _ in range(3):
         alone = post(service, SMALL_SLOW_PNG)
     assert alone.status_code == 200, alone.text
-    response = post(service, *[SMALL_SLOW_PNG] * 6)
+    response = post(service, *[SMALL_SLOW_PNG] * 48)
     error = response.json()["error"]
     assert response.status_code == 400 and error["reason"] == "too_costly"
     assert error["param"] != "images[0]" and "with the work done before it" in error["message"]
