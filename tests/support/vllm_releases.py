@@ -52,8 +52,8 @@ _unpacking: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 def unpack_release(version: str, directory: Path) -> Path:
     """A folder holding release ``version``'s ``vllm`` package (Python files only); skips if unfetchable.
 
-    Unpacked into ``directory`` the first time a session asks, and that folder again after; one release at
-    a time per release (two threads asking for the same one must not both download it).
+    Unpacked into ``directory`` the first time a session asks, and that folder again after; two threads
+    asking for the same release at once get one download.
     """
     with _unpacking[version]:
         if version in _unpacked:

@@ -16,7 +16,7 @@ the plugin key the golden inputs:
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -59,20 +59,12 @@ def _probe(runner: ReleaseRunner, version: str, directory: Path, fix: bool) -> d
     return runner.run(version, tree, PROBE, files, directory, env={"MMOBS_VLLM_EXIF_FIX": "1" if fix else "0"})
 
 
-def _probe_or_why_not(
-    runner: ReleaseRunner, version: str, directory: Path, fix: bool
-) -> dict[str, Any] | BaseException:
-    try:
-        return _probe(runner, version, directory, fix)
-    except BaseException as error:  # a skip, or a failure: raised again by the test that reads it
-        return error
-
-
 @prefetched_fixture
-def plugin_probes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, bool], dict[str, Any] | BaseException]:
+def plugin_probes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, bool], Future[dict[str, Any]]]:
     """Each release's report with the fix on, and with it off where the release needs it, two at a time.
 
-    Computed in the background from the session's start (tests/support/prefetch.py), each probe in a
+    Each run's future is done: its ``result()`` is the report, or raises what the probe raised (a skip, a
+    failure) in the test that reads it. Computed in the background from the session's start (tests/support/prefetch.py), each probe in a
     process of its own that imports the release's vLLM (``ReleaseRunner``).
     """
     runs = [(version, True) for version in RELEASES] + [
@@ -81,7 +73,7 @@ def plugin_probes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, b
     with ReleaseRunner() as runner, ThreadPoolExecutor(2) as pool:
         futures = {
             (version, fix): pool.submit(
-                _probe_or_why_not,
+                _probe,
                 runner,
                 version,
                 tmp_path_factory.mktemp(f"plugin-{version}-fix-{'on' if fix else 'off'}"),
@@ -89,20 +81,13 @@ def plugin_probes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, b
             )
             for version, fix in runs
         }
-        return {run: future.result() for run, future in futures.items()}
-
-
-def _report(plugin_probes: dict[tuple[str, bool], Any], version: str, fix: bool) -> dict[str, Any]:
-    found = plugin_probes[(version, fix)]
-    if isinstance(found, BaseException):
-        raise found
-    return found
+    return futures  # the pool has waited for each of them
 
 
 @pytest.fixture(scope="module", params=RELEASES)
 def release(request: pytest.FixtureRequest, plugin_probes: dict[tuple[str, bool], Any]) -> tuple[str, dict[str, Any]]:
     version = request.param
-    return version, _report(plugin_probes, version, fix=True)
+    return version, plugin_probes[(version, True)].result()
 
 
 def _tolerant(version: str) -> bool:
@@ -163,7 +148,7 @@ def test_each_feature_not_proven_on_the_release_declines_with_one_line(release: 
 def test_with_the_fix_off_the_release_raises_as_before_and_the_fallback_is_counted(
     version: str, plugin_probes: dict[tuple[str, bool], Any]
 ) -> None:
-    report = _report(plugin_probes, version, fix=False)
+    report = plugin_probes[(version, False)].result()
     seed = report["with_plugin"][SEED]
     assert seed["raised"] == report["alone"][SEED]["raised"] == "SyntaxError"
     assert seed["moved"][FALLBACK] == 1.0
