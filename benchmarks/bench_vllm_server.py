@@ -19,7 +19,7 @@ both running at the same time:
 Every request is a chat completion with one image and ``max_tokens=4``, of four
 kinds: a small 64x48 JPEG seen for the first time (distinct bytes every
 request, so vLLM's multimodal cache misses), the same small JPEG again (cache
-hits), the seed's ``bad-exif-header.jpg`` (vLLM issue #56527: mmobs counts an
+hits), the malformed-EXIF JPEG ``bad-exif-header.jpg`` (vLLM issue #56527: mmobs counts an
 EXIF fallback on every one), and a 640x480 photo-like JPEG (a noisy gradient,
 fixed seed). Each is sent by 1 and by 4 concurrent clients (threads, one
 ``openai`` client each, keep-alive). A round runs every (kind, clients) cell in
@@ -166,7 +166,7 @@ def _same(data: bytes) -> Callable[[int], list[bytes]]:
 
 
 def kinds() -> list[Kind]:
-    """The four request kinds, in the table's order (the seed's only where the golden inputs are)."""
+    """The four request kinds, in the table's order (the malformed-EXIF JPEG only where the golden inputs are)."""
     found = [
         Kind(
             "fresh",
@@ -177,7 +177,7 @@ def kinds() -> list[Kind]:
     ]
     if golden.missing_message() is None:
         found.append(
-            Kind("seed", "seed's bad-exif-header.jpg (fallback)", _same(golden.input_bytes("bad-exif-header.jpg")), 1)
+            Kind("bad-exif", "bad-exif-header.jpg (fallback)", _same(golden.input_bytes("bad-exif-header.jpg")), 1)
         )
     found.append(Kind("photo", "640x480 photo-like JPEG", _same(photo_jpeg())))
     return found
@@ -542,7 +542,7 @@ def load() -> str:
 
 
 def fallback_check(targets: dict[str, Target], all_kinds: Sequence[Kind]) -> str:
-    """mmobs's counters on the servers: the fallbacks it counted against the seed requests sent; none without."""
+    """mmobs's counters on the servers: fallbacks counted against the malformed-EXIF requests sent; none without."""
     expected = sum(
         target_kind.fallbacks_each * targets[WITH].sent.get(target_kind.name, 0) for target_kind in all_kinds
     )
@@ -553,7 +553,7 @@ def fallback_check(targets: dict[str, Target], all_kinds: Sequence[Kind]) -> str
     )
     without = len(targets[WITHOUT].server.samples())
     return (
-        f"`with mmobs` counted {fallbacks:.0f} EXIF fallbacks for {expected} seed requests and "
+        f"`with mmobs` counted {fallbacks:.0f} EXIF fallbacks for {expected} malformed-EXIF requests and "
         f"{requests:.0f} chat completions (2xx) for {sum(targets[WITH].sent.values())} sent; "
         f"`without mmobs` exposes {without} mmobs series."
     )

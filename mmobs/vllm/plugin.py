@@ -287,7 +287,7 @@ def _key_plan() -> Plan:
 
     Without it nothing is counted, so a hasher of another shape declines the whole plugin. From vLLM
     0.31 on the tolerant read is vLLM's ``_get_image_id_bytes``, replaced; before, the ImageID is read
-    bare inside ``serialize_item``, which gets the seed's fix (:func:`~mmobs.vllm.keys.key_hooks.tolerant_image_id`).
+    bare inside ``serialize_item``, which gets PR #56576's fix (:func:`~mmobs.vllm.keys.key_hooks.tolerant_image_id`).
     """
     why = unproven("keys", vllm_version())
     if why is not None:

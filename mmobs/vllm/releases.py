@@ -17,7 +17,7 @@ import re
 __all__ = ["FIRST_PROVEN", "unproven"]
 
 #: Each feature, and the first vLLM release on which it is proven (the tests are named in
-#: ``docs/vllm.md``'s release table). ``keys``, the hasher's hooks with the seed's fix where the
+#: ``docs/vllm.md``'s release table). ``keys``, the hasher's hooks with vLLM PR #56576's fix where the
 #: release lacks it, and ``loader``, the loader's refusals and transpose failures, hold from 0.25.0.
 FIRST_PROVEN: dict[str, str] = {
     "keys": "0.25.0",

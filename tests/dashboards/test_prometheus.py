@@ -46,7 +46,7 @@ VLLM_JOB = "mmobs-vllm"
 FALLBACK_IMAGES = 6
 GOOD_IMAGES = 9
 BAD_IMAGES = 4
-#: Chat completions sent to the vLLM server: the seed's image, then one photo again and again (cache hits).
+#: Chat completions sent to the vLLM server: the malformed-EXIF JPEG, then one photo again and again (cache hits).
 VLLM_FALLBACKS = 4
 VLLM_REPEATS = 6
 #: Chat completions with a new image by URL: one http(s), one file.

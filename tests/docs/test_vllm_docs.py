@@ -2,7 +2,7 @@
 
 The page's commands are taken from its ``sh`` blocks as they are written, with
 its three variables (``VLLM_VENV``, ``MODEL``, ``PORT``) set to this run's
-server, and run in ``bash``: the client snippet sends the seed's image, ``curl``
+server, and run in ``bash``: the client snippet sends the malformed-EXIF JPEG, ``curl``
 reads the counter (moved by exactly one), ``mmobs events`` finds the event with
 the request id the client got. The same on the shared server, which logs vLLM's
 text, and on the one that logs JSON through ``mmobs vllm-logging-config``.
@@ -33,7 +33,7 @@ from tests.support import require_binary
 from tests.support.markdown import fenced_blocks
 from tests.support.otlp_receiver import OTLP_TEST_ENV
 from tests.support.vllm_server import DEFAULT_VENV, VllmServer
-from tests.vllm.test_vllm_server import ROUTE, SEED, chat
+from tests.vllm.test_vllm_server import BAD_EXIF_JPEG, ROUTE, chat
 
 pytestmark = pytest.mark.vllm_server
 
@@ -219,7 +219,7 @@ def test_the_page_runs_as_written_on_the_json_log(json_run: tuple[Ran, Path]) ->
 
 def _runbook_workdir(ran: Ran, workdir: Path, request_id: str) -> tuple[dict[str, str], dict[str, str]]:
     for name in ("suspect.jpg", "the-file.jpg"):
-        (workdir / name).write_bytes(SEED)
+        (workdir / name).write_bytes(BAD_EXIF_JPEG)
     venv_bin = Path(ran.server.command[0]).parent
     env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}  # vLLM's environment's mmobs
     subprocess.run("mmobs fingerprint --json > b.json", shell=True, cwd=workdir, env=env, check=True, timeout=120)
@@ -246,7 +246,7 @@ def test_with_the_plugin_off_the_preset_counts_http_only_and_metrics_absent_sees
     from tests.dashboards.test_prometheus import PrometheusProcess
     from tests.docs.test_runbooks import alert_expressions
 
-    status, request_id, _ = chat(plugin_off, SEED)
+    status, request_id, _ = chat(plugin_off, BAD_EXIF_JPEG)
     assert status == 200 and request_id
     families = {name for name, _ in plugin_off.samples()}
     assert "mmobs_http_requests_total" in families

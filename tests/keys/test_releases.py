@@ -151,7 +151,7 @@ def test_golden_cases_key_as_the_release(reports: dict[str, Any], version: str) 
         fallbacks = len(recorder.fallbacks)
         assert fallbacks == case["exif_fallbacks"], case["id"]
         if "raised" in theirs:
-            # The seed's bug: the bare ImageID read raises where mmobs falls back, and counts it.
+            # vLLM issue #56527: the bare ImageID read raises where mmobs falls back, and counts it.
             assert not tolerant and fallbacks > 0, (case["id"], theirs)
             raised.append(case["id"])
             continue
@@ -211,7 +211,7 @@ def test_image_files_key_as_the_release(reports: dict[str, Any], image_files: di
             _pixel_keys_agree(version, payload, image_mode, theirs, label)
     assert counts["equal"] > 0, counts
     assert sorted(differences) == sorted(_REFUSED_BY_MMOBS_ONLY), differences
-    # The seed's image: a 500 before 0.31 (the hasher raises), the fix's key with mmobs.
+    # The malformed-EXIF JPEG: a 500 before 0.31 (the hasher raises), the fix's key with mmobs.
     assert ("raised" in report["files"]["bad-exif-header.jpg"]["RGB"]["media"]) == (
         not key_format(version).tolerant_image_id
     )

@@ -207,7 +207,7 @@ def test_a_missing_golden_folder_stops_the_suite_naming_where_to_put_it(tmp_path
     assert "Traceback" not in output and "FileNotFoundError" not in output
 
 
-def test_inspect_says_the_seed_image_is_a_broken_input(files):
+def test_inspect_says_the_malformed_exif_jpeg_is_a_broken_input(files):
     """The runbook's rule (MmobsExifFallbackRatioHigh, step 4) on the file the README calls broken EXIF: cause 1."""
     text = run("inspect", str(files["bad-exif-header.jpg"]), check=True).stdout
     assert "  open            ok: 0 tags" in text  # which path raises says little...

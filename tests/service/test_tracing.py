@@ -84,14 +84,14 @@ def exemplar(metrics: str, sample: str) -> dict[str, str]:
     raise AssertionError(f"no {sample} in the scrape")
 
 
-def test_the_seeds_image_is_one_trace_with_its_load_key_and_fallback_event(
+def test_the_malformed_exif_jpeg_is_one_trace_with_its_load_key_and_fallback_event(
     service: ServiceProcess, receiver: OtlpReceiver
 ) -> None:
     header, trace_id, client_span = traceparent()
     response = httpx.post(
         service.url + "/v1/hash",
         json={"images": [data_url(BAD_HEADER_JPEG)]},
-        headers={"traceparent": header, "X-Request-ID": "traced-seed"},
+        headers={"traceparent": header, "X-Request-ID": "traced-exif"},
     )
     assert response.status_code == 200, response.text
     assert response.json()["items"][0]["mm_hash"] == golden.case("media-bad-exif-header.jpg")["expected"]
@@ -109,7 +109,7 @@ def test_the_seeds_image_is_one_trace_with_its_load_key_and_fallback_event(
         "http.request.method": "POST",
         "http.route": "/v1/hash",
         "url.path": "/v1/hash",
-        "mmobs.request_id": "traced-seed",
+        "mmobs.request_id": "traced-exif",
         "http.response.status_code": 200,
     }
     assert (image.parent_span_id, image.kind, image.status_code) == (server.span_id, INTERNAL, UNSET)
@@ -133,12 +133,12 @@ def test_the_seeds_image_is_one_trace_with_its_load_key_and_fallback_event(
     assert server.start_ns <= image.start_ns and image.end_ns <= server.end_ns
 
     (logged,) = [
-        e for e in service.log_events() if e.get("event") == "exif_fallback" and e.get("request_id") == "traced-seed"
+        e for e in service.log_events() if e.get("event") == "exif_fallback" and e.get("request_id") == "traced-exif"
     ]
     assert logged["trace_id"] == trace_id  # the log line leads to the trace
 
     metrics = service.metrics(**OPENMETRICS)
-    labels = {"trace_id": trace_id, "request_id": "traced-seed"}
+    labels = {"trace_id": trace_id, "request_id": "traced-exif"}
     assert exemplar(metrics, 'mmobs_exif_fallback_total{exception="SyntaxError",kind="media_with_bytes"}') == labels
     assert exemplar(metrics, 'mmobs_http_exif_fallback_requests_total{route="/v1/hash"}') == labels
 

@@ -58,7 +58,7 @@ def _rotated_jpeg(seed: int) -> bytes:
 
 
 def chat_images() -> list[tuple[str, bytes]]:
-    """One conversation's images, new bytes every call (so neither server has seen them), and the seed's."""
+    """One conversation's images, new bytes every call (so neither server has seen them), and the malformed-EXIF one."""
     seed = next(_seed)
     return [
         ("image/jpeg", encode(noisy_image("RGB", (128, 96), seed=seed), "JPEG", quality=90)),
@@ -67,12 +67,12 @@ def chat_images() -> list[tuple[str, bytes]]:
         ("image/jpeg", _rotated_jpeg(seed + 3)),
         ("image/gif", encode(noisy_image("P", (64, 48), seed=seed + 4), "GIF")),
         ("image/webp", encode(noisy_image("RGB", (64, 64), seed=seed + 5), "WEBP", lossless=True)),
-        ("image/jpeg", _recompressed_seed(seed + 6)),
+        ("image/jpeg", _recommented_bad_exif_jpeg(seed + 6)),
     ]
 
 
-def _recompressed_seed(seed: int) -> bytes:
-    """The seed's broken-EXIF JPEG with one comment byte of its own (new bytes, the same broken EXIF block)."""
+def _recommented_bad_exif_jpeg(seed: int) -> bytes:
+    """The malformed-EXIF JPEG with one comment byte of its own (new bytes, the same broken EXIF block)."""
     data = golden.input_bytes("bad-exif-header.jpg")
     comment = b"\xff\xfe\x00\x06" + seed.to_bytes(4, "big")
     return data[:2] + comment + data[2:]

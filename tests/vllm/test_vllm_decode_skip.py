@@ -117,7 +117,7 @@ IMAGES: dict[str, bytes] = {
     ),
     "gif": encode(noisy_image("P", (24, 16), seed=6), "GIF"),
     "webp": encode(noisy_image("RGB", (24, 16), seed=7), "WEBP", lossless=True),
-    "seed-broken-exif-jpeg": golden.input_bytes("bad-exif-header.jpg"),
+    "malformed-exif-jpeg": golden.input_bytes("bad-exif-header.jpg"),
     "bad-exif-chunk-png": golden.input_bytes("bad-exif-chunk.png"),
     "imageid-jpeg": golden.input_bytes("imageid-string.jpg"),
 }
@@ -308,7 +308,7 @@ def test_a_vllm_whose_loader_defers_decoding_is_left_alone(vllm_parts: types.Sim
 
 def test_a_stand_in_decoded_before_it_is_keyed_is_keyed_as_the_decoded_image(vllm_parts: types.SimpleNamespace) -> None:
     """Something read the pixels first (a copy, say): the hasher then reads the image itself, same key and events."""
-    data = IMAGES["seed-broken-exif-jpeg"]
+    data = IMAGES["malformed-exif-jpeg"]
     _, key, first_events = load_and_key(vllm_parts, data)
     cache_it(vllm_parts, key)
     recorder = RecordingObserver()

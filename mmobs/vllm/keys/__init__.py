@@ -1,4 +1,4 @@
-"""The hasher's hooks: every key vLLM's hasher makes reported, with the seed's fix where a release lacks it.
+"""The hasher's hooks: every key vLLM's hasher makes reported, with vLLM PR #56576's fix where a release lacks it.
 
 Carried on every release the plugin knows (``keys`` in :data:`mmobs.vllm.releases.FIRST_PROVEN`):
 from 0.31 vLLM reads the EXIF ImageID tolerantly and :mod:`.key_hooks` counts what that read

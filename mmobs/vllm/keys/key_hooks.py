@@ -6,7 +6,7 @@ vLLM attribute                                 reports
 ``hasher._get_image_id_bytes``                 ``exif_fallback`` (kind, key source)
 ``MultiModalHasher.serialize_item``            ``media_keyed`` (key-source mix, drift);
                                                before vLLM 0.31, ``exif_fallback`` too,
-                                               and the seed's fix (:func:`tolerant_image_id`)
+                                               and PR #56576's fix (:func:`tolerant_image_id`)
 ``MultiModalHasher.hash_kwargs``,              ``hashed`` (duration, bytes fed)
 ``hasher._get_hasher_factory``
 =============================================  =====================================
@@ -119,7 +119,7 @@ def _report_fallback(image: Image.Image, item: _Item | None, error: BaseExceptio
 
 
 def tolerant_image_id(original: Callable[..., Iterable[Any]], *, fix: bool) -> Callable[..., Iterable[Any]]:
-    """``serialize_item`` of a vLLM that reads the ImageID bare (0.25 to 0.30): the seed's fix, reported.
+    """``serialize_item`` of a vLLM that reads the ImageID bare (0.25 to 0.30): vLLM PR #56576's fix, reported.
 
     Those releases call ``getexif()`` on the image unguarded, so a broken EXIF block raises out of the
     hasher and the request is a 500 (fixed in vLLM 0.31, PR #56576). For the one call, the image's
