@@ -48,7 +48,7 @@ from mmobs.vllm.front_end.front_end_metrics import METRIC_NAMES as FRONT_END_NAM
 from scripts.corpus import build_corpus
 from tests.support import golden
 from tests.support.vllm_server import VLLM_LINE, VllmServer, delta, series
-from tests.vllm.test_vllm_differential import KNOWN_LOADER_DIFFERENCES
+from tests.vllm.differential import KNOWN_LOADER_DIFFERENCES
 
 pytestmark = pytest.mark.vllm_server
 ROOT = Path(__file__).resolve().parents[2]
