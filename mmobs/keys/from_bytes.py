@@ -13,7 +13,7 @@ the header plus one digest pass over the bytes.
 
 Where the header cannot decide, the image is decoded by the loader
 (``key_path="header_decoded"``), never guessed. Those cases, all found by
-reading Pillow 13's plugins and checked by ``tests/keys/test_keys_vllm.py``
+reading Pillow 13's plugins and checked by ``tests/keys/test_keys_vllm_*.py``
 against the real vLLM:
 
 * **Formats not in** :data:`HEADER_FORMATS` (ICO, CUR, ICNS, BLP, DDS, PSD,

@@ -1,6 +1,6 @@
 """The no-decode key path (``mmobs.keys.from_bytes``): same keys, limits and events as the loader, no pixel decoded.
 
-Equality with the real vLLM is proven in ``tests/keys/test_keys_vllm.py``; here
+Equality with the real vLLM is proven in ``tests/keys/test_keys_vllm_*.py``; here
 the path is held to mmobs's own loader (``hash_kwargs(alg,
 image=ImageMediaIO(...).load_bytes(data))``), and its library, HTTP
 (``POST /v1/keys`` on a real ``mmobs serve``) and CLI (``mmobs hash

@@ -2,7 +2,7 @@
 
 For every release :mod:`mmobs.keys.releases` knows (or those ``MMOBS_VLLM_RELEASES`` names), the
 release's Python sources run in a child interpreter (``release_probe.py``) on the golden cases, the
-golden inputs and the corpus's images (its costly ones left to ``test_keys_vllm.py``), for the
+golden inputs and the corpus's images (its costly ones left to ``test_keys_vllm_inputs.py``), for the
 loader's default mode and for ``image_mode=None``. In this process mmobs keys the same values with
 ``MultiModalHasher.for_vllm(R)`` and the same bytes with ``key_for_bytes(..., vllm_version=R)``:
 
