@@ -5,7 +5,7 @@ The files under ``dashboards/grafana/``, ``dashboards/prometheus/*.yml``,
 ``dashboards/provisioning/alerting/`` and ``dashboards/alerting/`` (the same
 alerts as Grafana-managed rules, for file provisioning and for the HTTP API) are
 the output of this script for the default configuration and are checked in;
-``tests/dashboards/test_dashboards.py`` fails when they differ from what it produces.
+``tests/dashboards/test_mixin_output.py`` fails when they differ from what it produces.
 The panels, rules and alerts live in ``dashboards/mixin/``; edit them there::
 
     python dashboards/generate.py             # rewrite the checked-in files

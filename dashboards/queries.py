@@ -18,7 +18,7 @@ return data only while an alert condition holds, so they are kept separate.
 
 The rule files are read with a small parser for the layout they use (``- record:``
 or ``- alert:`` followed by ``expr:``, inline or as a ``|`` block), because PyYAML
-is not in the standard library. ``tests/dashboards/test_dashboards.py`` checks it against
+is not in the standard library. ``tests/dashboards/test_queries_and_provisioning.py`` checks it against
 PyYAML on the real files.
 """
 

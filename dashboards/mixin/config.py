@@ -1,7 +1,7 @@
 """What an operator may change when rendering the mixin, and nothing else.
 
 The defaults are the values the committed files under ``dashboards/`` are
-rendered with; ``tests/dashboards/test_dashboards.py`` fails when those files differ from
+rendered with; ``tests/dashboards/test_mixin_output.py`` fails when those files differ from
 ``render_all(MixinConfig())``.
 """
 

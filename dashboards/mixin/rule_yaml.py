@@ -3,7 +3,7 @@
 It writes ``{"groups": [{"name": ..., "rules": [{...}]}]}`` with a comment
 header and optional comments above rules, multi-line PromQL as literal blocks
 and long prose folded at 76 columns, so the files read like hand-written ones.
-``tests/dashboards/test_dashboards.py`` checks that PyYAML loads each rendered file back to
+``tests/dashboards/test_mixin_output.py`` checks that PyYAML loads each rendered file back to
 the exact document it was written from.
 """
 

@@ -388,7 +388,7 @@ def test_dashboards_alerts_and_runbooks_against_a_real_prometheus(
     import shutil
     import time
 
-    from tests.dashboards.test_dashboards import dashboard_targets
+    from tests.dashboards.dashboard_files import dashboard_targets
     from tests.dashboards.test_prometheus import PrometheusProcess
     from tests.docs.test_runbooks import VLLM_RUNBOOK_PREFIX, alert_expressions, promql_queries, run_commands
     from tests.docs.test_runbooks import _words as words
