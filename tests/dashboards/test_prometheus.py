@@ -33,9 +33,9 @@ from tests.support import ManagedProcess, ServiceProcess, data_url, free_port, g
 from tests.support.media_server import serving
 from tests.support.otlp_receiver import OTLP_TEST_ENV, OtlpReceiver, otlp_proto_available
 from tests.support.vllm_metrics import read_definitions
+from tests.support.vllm_requests import chat
 from tests.support.vllm_server import VllmServer, delta, require_vllm_server
 from tests.vllm.test_vllm_front_end_server import fresh_jpeg, published, send
-from tests.vllm.test_vllm_server import chat
 
 pytestmark = pytest.mark.prometheus
 

@@ -32,8 +32,8 @@ from tests.docs.test_runbooks import run_commands
 from tests.support import require_binary
 from tests.support.markdown import fenced_blocks
 from tests.support.otlp_receiver import OTLP_TEST_ENV
+from tests.support.vllm_requests import BAD_EXIF_JPEG, ROUTE, chat
 from tests.support.vllm_server import DEFAULT_VENV, VllmServer
-from tests.vllm.test_vllm_server import BAD_EXIF_JPEG, ROUTE, chat
 
 pytestmark = pytest.mark.vllm_server
 

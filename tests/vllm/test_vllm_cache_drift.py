@@ -39,8 +39,8 @@ import pytest
 from PIL import Image
 
 from tests.support.vllm_pool import ServerContext, vllm_server_fixture
+from tests.support.vllm_requests import mmobs_lines
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series, write_json_logging_config
-from tests.vllm.test_vllm_server import mmobs_lines
 
 pytestmark = pytest.mark.vllm_server
 

@@ -28,8 +28,8 @@ import pytest
 from mmobs.vllm.front_end.front_end_metrics import METRIC_NAMES
 from tests.support.images import jpeg_bytes, png_bytes
 from tests.support.media_server import serving
+from tests.support.vllm_requests import client_for
 from tests.support.vllm_server import VllmServer, delta, series
-from tests.vllm.test_vllm_server import client_for
 
 pytestmark = pytest.mark.vllm_server
 

@@ -32,8 +32,8 @@ import pytest
 from mmobs.vllm.uuid_checks.uuid_check import ENTRY_BYTES
 from tests.docs.test_runbooks import alert_expressions, run_commands
 from tests.support.images import jpeg_bytes, png_bytes
+from tests.support.vllm_requests import client_for
 from tests.support.vllm_server import VllmServer, delta, series
-from tests.vllm.test_vllm_server import client_for
 
 pytestmark = pytest.mark.vllm_server
 
@@ -79,7 +79,7 @@ def uuid_counts(server: VllmServer) -> dict[Any, float]:
 
 
 def conflicts_logged(server: VllmServer) -> list[dict[str, Any]]:
-    from tests.vllm.test_vllm_server import mmobs_lines
+    from tests.support.vllm_requests import mmobs_lines
 
     return mmobs_lines(server, "mm_uuid_conflict")
 
