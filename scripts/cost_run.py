@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What one image costs a loader: CPU seconds and peak memory, in a fresh process.
 
-For each input (the full-size costly classes of ``scripts/corpus/costly.py``,
+For each input (the full-size costly classes of ``scripts/corpus/costly/``,
 plus a plain 49 MP JPEG and PNG for reference) a child process is started that
 imports the loader, reads the input from a file, then loads it (and, for
 mmobs, keys it with ``MultiModalHasher``) and reports the outcome. The parent
