@@ -38,8 +38,9 @@ installed Pillow parses EXIF differently.
 
 # One module per section: ``case`` (the Case type and the service limits),
 # ``base`` (base images), ``tiff`` and ``exif`` (hand-built structures),
-# ``headers`` (size surgery), ``image_cases``, ``costly`` (inputs that cost more
-# to decode than a plain image of their size), ``url_cases``, ``request_cases``, ``service_cases``,
+# ``headers`` (size surgery), ``image_cases`` (with ``exif_cases``, ``tiff_cases`` and
+# ``image_expect``), ``costly`` (a package: inputs that cost more to decode than a plain
+# image of their size), ``url_cases``, ``request_cases``, ``service_cases``,
 # ``build`` and ``write``.
 
 from .base import EXTENSIONS, MEDIA_TYPES, base_image, data_url, encode, noisy

@@ -6,7 +6,7 @@ import json
 
 from .base import base_image, data_url, encode
 from .case import BODY_MAX_BYTES, NOT_5XX, Case, bad, ok, refused
-from .image_cases import _mode_image
+from .exif_cases import _mode_image
 
 
 def multipart_field(name: str, value: str, boundary: str) -> bytes:
