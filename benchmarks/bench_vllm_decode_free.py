@@ -49,7 +49,8 @@ from typing import Any
 import _harness as harness
 import numpy as np
 from _common import FULL, QUICK, Config
-from bench_vllm_server import WITH, WITHOUT, Target, load, running_targets, settings_for
+from _vllm_report import load
+from _vllm_targets import WITH, WITHOUT, Target, running_targets, settings_for
 from PIL import Image
 
 from tests.support.vllm_server import server_venv
