@@ -1,20 +1,22 @@
-"""The reference service over real HTTP: ``mmobs serve`` under uvicorn on loopback."""
+"""The reference service over real HTTP: ``mmobs serve`` under uvicorn on loopback, one server for the module.
+
+Every test here talks to the module's one server (``service``, ``client``); the
+last checks that none of them yielded a 5xx. Services started with options of
+their own are in ``test_service_options.py``; what the request parsing does
+without a server, in ``test_request_parsing.py``.
+"""
 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import httpx
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from mmobs import ImageMediaIO, MultiModalHasher, key_for_bytes
+from mmobs import ImageMediaIO, MultiModalHasher
 from mmobs.events import observing
 from mmobs.observability.fingerprint import compute_fingerprint
-from mmobs.service.hash_request import count_json_values
 from tests.support import ServiceProcess, data_url, golden, images, metric_value
 
 BAD_HEADER_JPEG = golden.input_bytes("bad-exif-header.jpg")
@@ -319,18 +321,6 @@ def test_a_flood_of_json_values_is_refused_before_it_is_built(client, size):
     assert "more than 100000 values" in error["message"]
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    size=st.sampled_from([0, 1, 16_383, 16_384, 262_143, 262_144, 262_145, 600_001]),
-    seed=st.integers(0, 2**32 - 1),
-)
-def test_the_value_bound_counts_every_structural_byte(size: int, seed: int) -> None:
-    """The NumPy count (bodies from 16 KiB, in 256 KiB pieces) is the bytes.count formula, at every edge."""
-    body = random.Random(seed).choices(b',[{]}"ab', k=size)
-    data = bytes(body)
-    assert count_json_values(data) == data.count(b",") + 2 * (data.count(b"[") + data.count(b"{")) + 1
-
-
 def test_integer_literals_are_bounded(client):
     body = b'{"images": ["x"], "mm_processor_kwargs": {"n": ' + b"9" * 4000 + b"}}"
     response = client.post("/v1/hash", content=body, headers={"content-type": "application/json"})
@@ -392,93 +382,6 @@ def test_responses_name_the_source_mode_and_the_keyed_mode(client, name, options
     assert (item["source_mode"], item["mode"]) == modes
 
 
-# -- metrics endpoint options -------------------------------------------------------------------
-
-
-def test_metrics_token_and_openmetrics(tmp_path: Path):
-    process = ServiceProcess(tmp_path, "--metrics-token", "s3cret")
-    try:
-        assert httpx.get(process.url + "/metrics").status_code == 401
-        assert httpx.get(process.url + "/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
-        response = httpx.get(
-            process.url + "/metrics",
-            headers={"Authorization": "Bearer s3cret", "Accept": "application/openmetrics-text; version=1.0.0"},
-        )
-        assert response.status_code == 200
-        assert response.headers["content-type"].startswith("application/openmetrics-text")
-        assert response.text.endswith("# EOF\n")
-        assert "mmobs_hasher_info" in response.text
-    finally:
-        process.stop()
-
-
-# -- keys for a chosen vLLM release ----------------------------------------------------------------
-
-
-def test_serve_keys_as_the_vllm_release_it_is_told(tmp_path: Path):
-    """``--vllm-version 0.30.0``: that release's key format on both routes, the fallback counted as ever.
-
-    ``key_for_bytes(vllm_version=...)`` is held to each release's own hasher in tests/keys/test_releases.py.
-    """
-    photo = golden.input_bytes("palette.png")
-    process = ServiceProcess(tmp_path, "--vllm-version", "0.30.0")
-    try:
-        for route in ("/v1/hash", "/v1/keys"):
-            response = httpx.post(process.url + route, json={"images": [data_url(BAD_HEADER_JPEG), data_url(photo)]})
-            assert response.status_code == 200, response.text
-            keys = [item["mm_hash"] for item in response.json()["items"]]
-            assert keys == [key_for_bytes(data, vllm_version="0.30.0") for data in (BAD_HEADER_JPEG, photo)], route
-            assert keys[1] != key_for_bytes(photo), "0.30's format differs from the newest's"
-        metrics = process.metrics()
-        assert metric_value(metrics, FALLBACK, {"kind": "media_with_bytes", "exception": "SyntaxError"}) == 1
-        # The fleet fingerprint is 0.30's, and says so: a router keying for a 0.30 fleet shows as one.
-        fingerprint = compute_fingerprint("0.30.0")
-        (info,) = [line for line in metrics.splitlines() if line.startswith("mmobs_hasher_info{")]
-        assert f'fingerprint="{fingerprint.digest}"' in info and 'key_format="0.30"' in info, info
-        assert fingerprint.digest != compute_fingerprint().digest
-        assert httpx.get(process.url + "/healthz").json()["fingerprint"] == fingerprint.digest
-    finally:
-        process.stop()
-
-
-# -- two workers, exact sums ------------------------------------------------------------------------
-
-
-def _started_workers(process: ServiceProcess) -> set[int]:
-    events = process.log_events()
-    return {e["process"] for e in events if e.get("event") == "Application startup complete."}
-
-
-def test_two_workers_sum_fallbacks_exactly(tmp_path: Path):
-    process = ServiceProcess(tmp_path, "--workers", "2")
-    try:
-        # /healthz answers as soon as one worker is up; on a loaded machine the other can be seconds behind.
-        process.wait_until(lambda: len(_started_workers(process)) == 2, what="both workers started")
-        sent = 40
-        with httpx.Client(base_url=process.url, timeout=30) as http:
-            for _ in range(sent):
-                # A new connection per request spreads them over both workers.
-                response = httpx.post(process.url + "/v1/hash", json={"images": [data_url(BAD_HEADER_JPEG)]})
-                assert response.status_code == 200
-                assert response.json()["items"][0]["exif_fallback"] is True
-            for _ in range(5):
-                text = http.get("/metrics").text
-                assert metric_value(text, FALLBACK, {"kind": "media_with_bytes", "exception": "SyntaxError"}) == sent
-                assert metric_value(text, "mmobs_http_exif_fallback_requests_total", {"route": "/v1/hash"}) == sent
-            info = [line for line in text.splitlines() if line.startswith("mmobs_hasher_info{")]
-            assert len(info) == 1, info
-        events = [e for e in process.log_events() if e.get("event") == "exif_fallback"]
-        assert len(events) == sent
-        assert len({e["request_id"] for e in events}) == sent
-        assert len({e["process"] for e in events}) == 2, "both workers should have served requests"
-        (announced,) = [e for e in process.log_events() if e.get("event") == "multiprocess_metrics"]
-        metrics_dir = Path(announced["directory"])
-        assert metrics_dir.is_dir() and any(metrics_dir.glob("*.db"))
-    finally:
-        process.stop()
-    assert not metrics_dir.exists(), "the multiprocess directory must be removed at exit"
-
-
 def test_cli_hash_and_inspect_match_the_service(client, tmp_path: Path):
     import subprocess
     import sys
@@ -492,47 +395,3 @@ def test_cli_hash_and_inspect_match_the_service(client, tmp_path: Path):
     served = client.post("/v1/hash", json={"images": [data_url(BAD_HEADER_JPEG)]}).json()["items"][0]
     assert line["mm_hash"] == served["mm_hash"]
     assert line["exif_fallback"] is True and line["exif_error"].startswith("SyntaxError: not a TIFF file")
-
-
-_B64 = __import__("base64").b64encode(PHOTO_JPEG).decode()
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        f"data:image/jpeg;base64,{_B64}",
-        f"DATA:IMAGE/JPEG;BASE64,{_B64}",
-        f"data:image/jpeg;base64{_B64}",
-        "data:image/png;" + "x=y;" * 80 + "base64," + _B64,
-        f"data:text/plain;base64,{_B64}",
-        "data:image/png;base64,@@@not*base64",
-        "data:image/png,not-base64",
-        "data:im\ud800age/png;base64,AAAA",
-        "data:image/png;base64,iVBO\u00e9\u00e9",
-        "ftp://x/y.png",
-    ],
-    ids=[
-        "plain",
-        "upper-case",
-        "no-comma",
-        "long-header",
-        "text-plain",
-        "bad-base64",
-        "not-base64",
-        "surrogate",
-        "non-ascii-payload",
-        "ftp",
-    ],
-)
-def test_data_urls_from_a_decode_worker_decode_as_text_ones_do(url: str) -> None:
-    """Large bodies come back from the worker as UTF-8 bytes; the same URL must give the same bytes or refusal."""
-    from mmobs.errors import BadImageError
-    from mmobs.service.app import _data_url_bytes
-
-    outcomes = []
-    for form in (url, url.encode("utf-8", "surrogatepass")):
-        try:
-            outcomes.append(_data_url_bytes(form, 200_000))
-        except BadImageError as error:
-            outcomes.append((error.reason, error.message))
-    assert outcomes[0] == outcomes[1]
