@@ -17,45 +17,50 @@ Two servers of the issue's configuration (``--limit-mm-per-prompt`` 4 images,
 one with mmobs's healing (the default) and one with
 ``MMOBS_VLLM_MM_CACHE_HEAL=0`` (counting only: vLLM's behaviour unchanged; so are its client uuid
 conflicts, ``MMOBS_VLLM_UUID_CONFLICTS=count``);
-the three-step sequence also runs on the shared default server.
+the three-step sequence also runs on the shared default server. What the tests send and
+read (images, bodies, counters, the steps, the load) is in ``cache_drift_requests.py``.
 """
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import os
-import random
-import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from PIL import Image
 
 from tests.support.vllm_pool import ServerContext, vllm_server_fixture
 from tests.support.vllm_requests import mmobs_lines
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series, write_json_logging_config
+from tests.vllm.cache_drift_requests import (
+    DRIFT_ITEMS,
+    ENGINE_MISS,
+    LATE,
+    REDRIFTS,
+    REQUESTS,
+    ROLLED_BACK,
+    SENDER_MISSES,
+    SENDER_REDRIFTS,
+    SKIPPED,
+    body,
+    counters,
+    engine_misses,
+    image_url,
+    load,
+    post,
+    seeds,
+    settled_cache,
+    three_steps,
+    too_long_with_its_image,
+    touch_drift,
+)
 
 pytestmark = pytest.mark.vllm_server
 
 SMALL_CACHE_FLAGS = ("--limit-mm-per-prompt", '{"image": 4}', "--mm-processor-cache-gb", "0.0003")
-CHAT = "/v1/chat/completions"
-DRIFT_ITEMS = "mmobs_vllm_mm_cache_drift_items_total"
-SENDER_MISSES = "mmobs_vllm_mm_cache_sender_misses_total"
-REDRIFTS = "mmobs_vllm_mm_cache_redrifts_total"
-SENDER_REDRIFTS = "mmobs_vllm_mm_cache_sender_redrifts_total"
-REQUESTS = "mmobs_vllm_mm_cache_drift_requests_total"
-ROLLED_BACK = "mmobs_vllm_mm_cache_rolled_back_items_total"
-SKIPPED = "mmobs_vllm_skipped_decodes_total"
-LATE = "mmobs_vllm_late_decodes_total"
-ENGINE_MISS = "Multi-modal cache miss for request"
-_seed = iter(range(10_000, 1_000_000))
 
 
 # -- the servers -----------------------------------------------------------------------------------
@@ -90,90 +95,7 @@ def counting_server(context: ServerContext) -> VllmServer:
     )
 
 
-# -- inputs and requests ---------------------------------------------------------------------------
-
-
-def image_url(size: int = 224, seed: int | None = None) -> str:
-    """A PNG data URL of noise no other request carries (so it starts out in neither cache)."""
-    rng = random.Random(next(_seed) if seed is None else seed)
-    image = Image.frombytes("RGB", (size, size), bytes(rng.randrange(256) for _ in range(size * size * 3)))
-    buffer = io.BytesIO()
-    image.save(buffer, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
-def body(server: VllmServer, urls: list[str], text: str = "Describe.", **extra: Any) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": url}} for url in urls]
-    content.append({"type": "text", "text": text})
-    return {"model": server.model, "max_tokens": 2, "messages": [{"role": "user", "content": content}], **extra}
-
-
-def post(server: VllmServer, payload: dict[str, Any], route: str = CHAT) -> httpx.Response:
-    return httpx.post(server.url + route, json=payload, timeout=120)
-
-
-def too_long_with_its_image(server: VllmServer, size: int = 224) -> str:
-    """A text that fits the 1024-token context alone but not with one ``size`` x ``size`` image's tokens (vLLM: 400)."""
-    with_image = post(server, body(server, [image_url(size)], "x")).json()["usage"]["prompt_tokens"]
-    alone = post(server, {"model": server.model, "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]})
-    image_tokens = with_image - alone.json()["usage"]["prompt_tokens"]
-    per_word = 5  # " word" is five tokens for the tiny model's tokenizer (checked below)
-    text = "x" + " word" * ((1026 - with_image) // per_word + 1)
-    tokens = post(server, {"model": server.model, "max_tokens": 1, "messages": [{"role": "user", "content": text}]})
-    assert 1024 - image_tokens < tokens.json()["usage"]["prompt_tokens"] < 1024
-    return text
-
-
-def counters(server: VllmServer) -> dict[Any, float]:
-    return server.samples("mmobs_vllm_mm_cache_")
-
-
-def vllm_cache(server: VllmServer) -> dict[Any, float]:
-    return {key: value for key, value in server.samples("vllm:mm_cache_").items() if "_created" not in key[0]}
-
-
-def settled_cache(server: VllmServer, timeout: float = 60.0) -> dict[Any, float]:
-    """vLLM's cache counters once the server is idle, the same two reads apart.
-
-    A load test before may leave requests the server is still finishing (their
-    clients gave up), whose cache queries would land in the next test's window:
-    idle is no request in the API server (mmobs's in-progress gauge: vLLM's
-    own gauges see a request only once it reaches the engine, after its
-    images went through the cache) and none running or waiting in the engine.
-    """
-    deadline = time.monotonic() + timeout
-    previous = None
-    while time.monotonic() < deadline:
-        busy = sum(
-            value
-            for key, value in server.samples("vllm:num_requests_").items()
-            if key[0] != "vllm:num_requests_swapped"
-        ) + sum(server.samples("mmobs_http_requests_in_progress").values())
-        current = vllm_cache(server)
-        if busy == 0 and current == previous:
-            return current
-        previous = current
-        time.sleep(0.5)
-    raise AssertionError(f"vLLM's engine did not settle within {timeout} s")
-
-
-def engine_misses(server: VllmServer) -> int:
-    return server.logs().count(ENGINE_MISS)
-
-
 # -- the three steps of the issue ------------------------------------------------------------------
-
-
-def three_steps(server: VllmServer) -> tuple[list[httpx.Response], dict[Any, float]]:
-    text = too_long_with_its_image(server)
-    x = image_url()
-    before = counters(server)
-    responses = [
-        post(server, body(server, [x], text)),
-        post(server, body(server, [x])),
-        post(server, body(server, [x])),
-    ]
-    return responses, delta(before, counters(server))
 
 
 def test_a_refused_request_leaves_nothing_behind_and_the_next_one_gets_200(vllm_server: VllmServer) -> None:
@@ -203,27 +125,6 @@ def test_with_healing_off_the_same_steps_are_vllms_400_500_200_and_counted(count
 
 
 # -- drift rollback cannot prevent: a refused request's touch ------------------------------------
-
-
-def touch_drift(
-    server: VllmServer, *, stream: bool = False, route: str = CHAT
-) -> tuple[httpx.Response, dict[Any, float]]:
-    """Four 112x112 items fill both caches; a refused request touches the first in P0 only; a fifth evicts
-    different items in P0 and P1; the first, sent by hash, is then missing from P1."""
-    text = too_long_with_its_image(server, 112)
-    first, *others = [image_url(112) for _ in range(5)]
-    for url in (first, *others[:3]):
-        assert post(server, body(server, [url])).status_code == 200
-    before = counters(server)
-    assert post(server, body(server, [first], text)).status_code == 400
-    assert post(server, body(server, [others[3]])).status_code == 200
-    if route == CHAT:
-        response = post(server, body(server, [first], stream=stream))
-    else:
-        payload = {"model": server.model, "max_output_tokens": 2, "input": [{"role": "user", "content": [
-            {"type": "input_image", "image_url": first}, {"type": "input_text", "text": "Describe."}]}]}  # fmt: skip
-        response = post(server, payload, route)
-    return response, delta(before, counters(server))
 
 
 def test_a_drifted_request_is_resubmitted_once_and_answered(healing_server: VllmServer) -> None:
@@ -278,33 +179,6 @@ def test_the_same_entry_drifting_again_is_a_redrift(counting_server: VllmServer)
 
 
 # -- concurrent multi-image load -------------------------------------------------------------------
-
-
-def load(server: VllmServer, clients: int, requests: int, *, stream_every: int = 0) -> tuple[Counter[int], list[str]]:
-    """``requests`` chat completions of four 224x224 images each, drawn from 16, from ``clients`` threads."""
-    rng = random.Random(21)
-    pool = [image_url(224, seed=2100 + i) for i in range(16)]
-    jobs = [[pool[rng.randrange(16)] for _ in range(4)] for _ in range(requests)]
-    errors: list[str] = []
-    lock = threading.Lock()
-
-    def send(index: int) -> int:
-        stream = bool(stream_every) and index % stream_every == 0
-        try:
-            response = post(server, body(server, jobs[index], stream=stream))
-        except httpx.HTTPError as error:  # a connection closed without a response
-            with lock:
-                errors.append(repr(error))
-            return -1
-        if stream and '"error"' in response.text:
-            with lock:
-                errors.append(response.text[:300])
-            return 599
-        return response.status_code
-
-    with ThreadPoolExecutor(clients) as executor:
-        statuses = Counter(executor.map(send, range(requests)))
-    return statuses, errors
 
 
 @pytest.mark.parametrize(("clients", "requests", "stream_every"), [(6, 72, 0), (8, 144, 3)])
@@ -386,7 +260,6 @@ def test_dashboards_alerts_and_runbooks_against_a_real_prometheus(
     """After the drift above (healing off: failed requests, re-drifts), Prometheus scrapes the server with the
     shipped rules: the drift panels' queries, the alerts' expressions and every runbook command work."""
     import shutil
-    import time
 
     from tests.dashboards.dashboard_files import dashboard_targets
     from tests.dashboards.test_prometheus import PrometheusProcess
@@ -472,7 +345,7 @@ def test_a_uuid_conflict_is_only_counted_on_the_counting_server(
     from tests.vllm.test_vllm_uuid_server import CONFLICTS, conflicts_logged, large, send, small, url, uuid_counts
 
     assert counting_server.extra_env.get("MMOBS_VLLM_UUID_CONFLICTS") == "count"
-    uuid = f"u-count-{next(_seed)}"
+    uuid = f"u-count-{next(seeds)}"
     before = uuid_counts(counting_server)
     first, second = url(large()), url(small())
     status, _, answer = send(counting_server, [(first, uuid)])
