@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -260,6 +259,7 @@ def test_dashboards_alerts_and_runbooks_against_a_real_prometheus(
     """After the drift above (healing off: failed requests, re-drifts), Prometheus scrapes the server with the
     shipped rules: the drift panels' queries, the alerts' expressions and every runbook command work."""
     import shutil
+    import time
 
     from tests.dashboards.dashboard_files import dashboard_targets
     from tests.dashboards.test_prometheus import PrometheusProcess
