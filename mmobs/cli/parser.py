@@ -23,7 +23,7 @@ from mmobs.cli.log_commands import run_events, run_vllm_logging_config
 from mmobs.cli.serve_command import run_serve
 from mmobs.keys.hashing import ALGORITHMS
 from mmobs.keys.loader import ImageMediaIO
-from mmobs.keys.releases import NEWEST, key_format
+from mmobs.releases import NEWEST, key_format
 from mmobs.service.config import ServiceConfig
 
 __all__ = ["NewCommand", "build_parser"]
@@ -144,7 +144,7 @@ def _add_hash(command: NewCommand) -> None:
         "--vllm-version",
         type=_vllm_version,
         default=NEWEST,
-        help="key as this vLLM release keys (its key format: mmobs.keys.releases)",
+        help="key as this vLLM release keys (its key format: mmobs.releases)",
     )
     hash_parser.add_argument("--json", action="store_true", help="one JSON object per line")
     hash_parser.add_argument(
@@ -283,7 +283,7 @@ def _add_request_limits(serve: argparse.ArgumentParser, defaults: ServiceConfig)
         "--vllm-version",
         type=_vllm_version,
         default=NEWEST,
-        help="key as this vLLM release keys (its key format: mmobs.keys.releases)",
+        help="key as this vLLM release keys (its key format: mmobs.releases)",
     )
 
 

@@ -127,7 +127,7 @@ def key_for_bytes(
     module docstring for the cases that are decoded anyway. Use :func:`key_image`
     for other limits, or to know which path keyed the image. ``vllm_version``
     keys as that release does (its format, its loader's ``io_config``: see
-    :mod:`mmobs.keys.releases`); the default is the newest.
+    :mod:`mmobs.releases`); the default is the newest.
 
     Raises :class:`~mmobs.errors.BadImageError` for a refused image and
     :class:`~mmobs.errors.InvalidOptionError` (a ``ValueError``) for a bad option.

@@ -48,9 +48,9 @@ from mmobs.keys.framing import (
     encode_length,
 )
 from mmobs.keys.media import is_media_with_bytes
-from mmobs.keys.releases import KeyFormat, key_format
 from mmobs.keys.unframed import UnframedWriter
 from mmobs.keys.writer import FRAMED_IMAGE, IMAGE_ID_TAG, EncodedImage, UnsupportedTypeWarning, Writer, read_image_id
+from mmobs.releases import KeyFormat, key_format
 
 __all__ = [
     "ALGORITHMS",

@@ -52,7 +52,7 @@ from mmobs.keys.refusals import (
     reporting_refusals,
     too_large_error,
 )
-from mmobs.keys.releases import key_format
+from mmobs.releases import key_format
 
 __all__ = [
     "DEFAULT_FORMATS",
@@ -121,7 +121,7 @@ class ImageMediaIO:
     what the file's structure may cost before Pillow decodes it (see
     :class:`~mmobs.keys.guard.DecodeLimits`); ``None`` turns those checks off.
     ``vllm_version`` names the release whose conversion rule (and so whose
-    ``io_config``) to follow (:mod:`mmobs.keys.releases`; the newest for ``None``);
+    ``io_config``) to follow (:mod:`mmobs.releases`; the newest for ``None``);
     what is refused is the newest release's in every case.
     """
 

@@ -5,7 +5,7 @@ dotted names (``image.mode``, ``ndarray.shape.0``) and a leaf's bytes went in ba
 tags. :class:`UnframedWriter` is :class:`~mmobs.keys.writer.Writer` with that stream, in the same
 one walk, with the same reports (the tolerant ImageID read, where each media key came from), and
 pixels streamed from Pillow's memory just the same. What else a format changes (``io_config``, the
-frames keyed as video) comes from its :class:`~mmobs.keys.releases.KeyFormat`.
+frames keyed as video) comes from its :class:`~mmobs.releases.KeyFormat`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 from mmobs.events import HashObserver, KeySource, MediaKind
 from mmobs.keys.framing import Sink
 from mmobs.keys.pixels import pixel_chunks
-from mmobs.keys.releases import KeyFormat
 from mmobs.keys.writer import Writer, is_torch_tensor, pixel_layout
+from mmobs.releases import KeyFormat
 
 __all__ = ["UnframedWriter"]
 

@@ -7,7 +7,7 @@ one reference input, hence a different fingerprint. Exported as the
 ``fingerprint`` label of ``mmobs_hasher_info``, a mismatch is one PromQL
 expression away: ``count(count by (fingerprint) (mmobs_hasher_info)) > 1``.
 
-A process keys in one vLLM release's format (:mod:`mmobs.keys.releases`): the newest, unless
+A process keys in one vLLM release's format (:mod:`mmobs.releases`): the newest, unless
 ``mmobs serve --vllm-version`` names another or the vLLM plugin runs inside an older vLLM, which says
 so with :func:`key_with_release`. The fingerprint digests the reference keys in that format, and the
 ``key_format`` label of ``mmobs_hasher_info`` names it, so that a fleet halfway through a vLLM
@@ -37,7 +37,7 @@ from PIL import Image
 from mmobs.events import observing
 from mmobs.keys.hashing import IMAGE_ID_TAG, MultiModalHasher, ReleaseHasher
 from mmobs.keys.loader import ImageMediaIO
-from mmobs.keys.releases import key_format
+from mmobs.releases import key_format
 
 __all__ = [
     "FINGERPRINT_HEX_CHARS",
@@ -57,7 +57,7 @@ class Fingerprint:
 
     digest: str
     keys: dict[str, str]
-    #: The name of the key format the keys are in (``mmobs.keys.releases``), e.g. ``"0.33"``.
+    #: The name of the key format the keys are in (``mmobs.releases``), e.g. ``"0.33"``.
     key_format: str
 
 

@@ -30,7 +30,7 @@ class ServiceConfig:
     max_pixels: int = DEFAULT_MAX_PIXELS
     #: Pillow formats the loader opens; ``None`` opens every format Pillow reads.
     image_formats: tuple[str, ...] | None = DEFAULT_FORMATS
-    #: The vLLM release whose keys the service computes (:mod:`mmobs.keys.releases`); ``None``: the newest.
+    #: The vLLM release whose keys the service computes (:mod:`mmobs.releases`); ``None``: the newest.
     vllm_version: str | None = None
     metrics_path: str | None = "/metrics"
     metrics_token: str | None = None

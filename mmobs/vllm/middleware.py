@@ -66,8 +66,9 @@ class Middleware(MMObsMiddleware):
         self._openmetrics = os.environ.get(OPENMETRICS_ENV) == "1"
 
     def _observes_hashing(self) -> bool:
-        from mmobs.vllm.plugin import PLUGIN_ENV, registered
+        from mmobs.vllm.plugin import registered
         from mmobs.vllm.startup_log import say
+        from mmobs.vllm.switches import PLUGIN_ENV
 
         if registered():
             return True

@@ -149,9 +149,8 @@ def test_the_middleware_page_lists_every_option() -> None:
 
 
 def test_the_release_table_of_the_vllm_page_is_what_the_plugin_reads() -> None:
-    """Each release's row says what ``mmobs.vllm.releases`` and ``mmobs.keys.releases`` make of it."""
-    from mmobs.keys.releases import RELEASES, key_format
-    from mmobs.vllm.releases import unproven
+    """Each release's row says what ``mmobs.releases`` makes of it, and the page states its supported range."""
+    from mmobs.releases import NEWEST, OLDEST, RELEASES, key_format, standing, unproven
 
     text = section((DOCS / "vllm.md").read_text(encoding="utf-8"), "## Versions")
     rows = [line.strip("|").split("|") for line in text.splitlines() if re.match(r"\| 0\.\d+\.\d+ \|", line)]
@@ -166,3 +165,8 @@ def test_the_release_table_of_the_vllm_page_is_what_the_plugin_reads() -> None:
         for version in RELEASES
     }
     assert table == expected
+    in_order = [cells[0].strip() for cells in rows if len(cells) == len(features) + 3]
+    assert in_order == list(RELEASES) and (in_order[0], in_order[-1]) == (OLDEST, NEWEST)
+    assert f"mmobs supports vLLM {OLDEST} to {NEWEST}" in text
+    assert f"older than {OLDEST}: the plugin declines whole" in text and f"newer than {NEWEST}," in text
+    assert f"`{standing(NEWEST)}`" in text  # what the plugin's start-up line says on a supported release

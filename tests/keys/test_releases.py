@@ -1,6 +1,6 @@
 """mmobs keys as each vLLM release keys, held to that release's own hasher and loader.
 
-For every release :mod:`mmobs.keys.releases` knows (or those ``MMOBS_VLLM_RELEASES`` names), the
+For every release :mod:`mmobs.releases` knows (or those ``MMOBS_VLLM_RELEASES`` names), the
 release's Python sources run in a child interpreter (``release_probe.py``) on the golden cases, the
 golden inputs and the corpus's images (its costly ones left to ``test_keys_vllm_inputs.py``), for the
 loader's default mode and for ``image_mode=None``. In this process mmobs keys the same values with
@@ -33,7 +33,7 @@ from mmobs import ImageMediaIO, key_for_bytes
 from mmobs.errors import BadImageError
 from mmobs.events import RecordingObserver, observing
 from mmobs.keys.hashing import MultiModalHasher, UnsupportedTypeWarning
-from mmobs.keys.releases import NEWEST, RELEASES, key_format
+from mmobs.releases import NEWEST, RELEASES, key_format
 from tests.support import golden
 from tests.support.prefetch import prefetched_fixture
 from tests.support.vllm_releases import (
@@ -240,7 +240,7 @@ def _pixel_keys_agree(version: str, data: bytes, image_mode: str | None, theirs:
 @pytest.mark.parametrize("version", RELEASES_UNDER_TEST)
 def test_the_release_is_known(version: str) -> None:
     assert version.partition("+")[0] in RELEASES, (
-        f"mmobs.keys.releases does not know vLLM {version}: the tests above held it to the newest release's "
+        f"mmobs.releases does not know vLLM {version}: the tests above held it to the newest release's "
         f"format ({key_format(NEWEST).name}); where they pass, add it to RELEASES with that format"
     )
 

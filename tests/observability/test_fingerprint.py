@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-from mmobs.keys.releases import NEWEST, RELEASES, key_format
 from prometheus_client import generate_latest
 
 import mmobs
@@ -16,6 +15,7 @@ from mmobs.errors import InvalidOptionError
 from mmobs.events import observing
 from mmobs.observability.fingerprint import compute_fingerprint, key_with_release, keying_release, process_fingerprint
 from mmobs.observability.instrument import Instrumentation
+from mmobs.releases import NEWEST, RELEASES, key_format
 
 
 def test_fingerprint_is_stable_across_processes():

@@ -191,9 +191,10 @@ def main() -> None:
     from vllm.plugins import load_general_plugins
 
     import mmobs.vllm.plugin as plugin
+    from mmobs.vllm import switches
 
     files = inputs()
-    report: dict[str, Any] = {"env_plugin": os.environ.get(plugin.PLUGIN_ENV)}
+    report: dict[str, Any] = {"env_plugin": os.environ.get(switches.PLUGIN_ENV)}
     first_warnings: list[str] = []
 
     class _First(logging.Handler):
@@ -221,23 +222,23 @@ def main() -> None:
     report["unregistered"] = not plugin.registered()
     report["without_plugin"] = run(lambda: key_everything(files))
 
-    os.environ[plugin.FAST_KEYS_ENV] = "1"
+    os.environ[switches.FAST_KEYS_ENV] = "1"
     plugin.register()
     report["fast_keys"] = run(lambda: key_everything(files))
     plugin.unregister()
-    del os.environ[plugin.FAST_KEYS_ENV]
+    del os.environ[switches.FAST_KEYS_ENV]
 
-    os.environ[plugin.GUARD_ENV] = "1"
+    os.environ[switches.GUARD_ENV] = "1"
     plugin.register()
     report["guarded"] = run(lambda: {name: refuse(data) for name, data in costly.items()})
     report["guarded_keys"] = run(lambda: key_everything(files))
     plugin.unregister()
-    del os.environ[plugin.GUARD_ENV]
+    del os.environ[switches.GUARD_ENV]
 
-    os.environ[plugin.PLUGIN_ENV] = "0"
+    os.environ[switches.PLUGIN_ENV] = "0"
     plugin.register()
     report["registered_when_off"] = plugin.registered()
-    del os.environ[plugin.PLUGIN_ENV]
+    del os.environ[switches.PLUGIN_ENV]
 
     # A vLLM whose shape changed: the plugin declines with one warning and changes nothing.
     import vllm.multimodal.hasher as hasher

@@ -6,7 +6,7 @@ test environment's packages. The wheel comes from the package index (``pip downl
 pip's cache serves the second run), and only its ``.py`` files are unpacked, into the test's folder.
 
 ``MMOBS_VLLM_RELEASES`` (comma-separated) names the releases the release tests run against; the
-default is every release :data:`mmobs.keys.releases.RELEASES` knows. A release that cannot be
+default is every release :data:`mmobs.releases.RELEASES` knows. A release that cannot be
 fetched skips its tests with the reason (``MMOBS_REQUIRE_VLLM_RELEASES=1`` fails them instead, as
 in CI). A release mmobs does not know yet is held to the newest one's format, the day it appears.
 """
@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from mmobs.keys.releases import RELEASES
+from mmobs.releases import RELEASES
 from tests.support.prefetch import SESSION_ENVIRON
 
 REQUIRE_VLLM_RELEASES = os.environ.get("MMOBS_REQUIRE_VLLM_RELEASES") == "1"

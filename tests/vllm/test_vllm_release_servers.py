@@ -28,10 +28,9 @@ import pytest
 
 from mmobs import BadImageError, ImageMediaIO, MultiModalHasher, key_for_bytes
 from mmobs.events import RecordingObserver, observing
-from mmobs.keys.releases import key_format
 from mmobs.observability.fingerprint import compute_fingerprint
 from mmobs.observability.metrics import exception_label
-from mmobs.vllm.releases import FIRST_PROVEN, unproven
+from mmobs.releases import FIRST_PROVEN, key_format, unproven
 from tests.support import data_url, golden
 from tests.support.vllm_pool import ServerContext, vllm_server_fixture
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, require_release_server, series

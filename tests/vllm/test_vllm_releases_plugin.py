@@ -23,8 +23,7 @@ from typing import Any
 import pytest
 
 from mmobs import key_for_bytes
-from mmobs.keys.releases import key_format
-from mmobs.vllm.releases import FIRST_PROVEN, unproven
+from mmobs.releases import FIRST_PROVEN, key_format, unproven
 from tests.support import golden
 from tests.support.prefetch import prefetched_fixture
 from tests.support.vllm_releases import (
@@ -42,7 +41,7 @@ FALLBACK = "mmobs_exif_fallback_total{exception=SyntaxError,kind=media_with_byte
 RELEASES = releases_under_test() if os.environ.get("MMOBS_VLLM_RELEASES") else [
     "0.25.1", "0.27.1", "0.30.0", "0.31.0", "0.33.0", "0.34.0"
 ]  # fmt: skip
-#: What each declined feature's line says, by the feature's name in mmobs.vllm.releases.
+#: What each declined feature's line says, by the feature's name in mmobs.releases.
 DECLINED_LINES = {
     "decode_free_hits": "decode-free cache hits are off",
     "context": "request ids in vLLM's threads and its dummy inputs are off",
