@@ -181,7 +181,7 @@ def cache_drift_plan(planning: Planning) -> list[Hook]:
     """The multimodal processor cache drift, counted and healed (:mod:`mmobs.vllm.cache_drift.cache_hooks`)."""
     from mmobs.vllm.cache_drift import cache_hooks
 
-    return Hook.all(cache_hooks.cache_plan())
+    return Hook.from_plan(cache_hooks.cache_plan())
 
 
 def uuid_plan(planning: Planning) -> list[Hook]:
@@ -201,4 +201,4 @@ def front_end_plan(planning: Planning) -> list[Hook]:
     """The front end's stages timed (:mod:`mmobs.vllm.front_end.front_end_plan`, which declines its parts alone)."""
     from mmobs.vllm.front_end import front_end_plan as plan_apart
 
-    return Hook.all(plan_apart.front_end_plan())
+    return Hook.from_plan(plan_apart.front_end_plan())

@@ -46,7 +46,7 @@ class Hook:
     on_instance: bool = False
 
     @classmethod
-    def all(cls, plan: Plan) -> list[Hook]:
+    def from_plan(cls, plan: Plan) -> list[Hook]:
         """The hooks of a plan made apart, as ``(owner, name, replacement, on_instance)`` tuples."""
         return [cls(owner, name, replacement, on_instance) for owner, name, replacement, on_instance in plan]
 
