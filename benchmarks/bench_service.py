@@ -236,7 +236,8 @@ def _short(key: tuple[str, int, str]) -> str:
 @contextlib.contextmanager
 def _inline_service(body: bytes) -> Any:
     """One ``POST /v1/hash`` through ``create_app()`` in-process, its decoding run inline (no decode workers)."""
-    from mmobs.service.app import ServiceConfig, create_app
+    from mmobs.service.app import create_app
+    from mmobs.service.config import ServiceConfig
     from mmobs.service.decode_pool import InlineDecoder
 
     async def receive() -> dict[str, Any]:

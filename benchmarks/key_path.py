@@ -125,7 +125,7 @@ def inputs(quick: bool) -> dict[tuple[str, float], bytes]:
     is the drift tracker's, measured in its own section of ``benchmarks/run.py``.
     """
     from mmobs import default_instrumentation
-    from mmobs.keys.hashing import EncodedImage
+    from mmobs.keys.writer import EncodedImage
 
     tracker = default_instrumentation().drift
     sizes = SIZES_MB[:2] if quick else SIZES_MB
@@ -217,7 +217,7 @@ def in_process(report: H.Report, made: dict[tuple[str, float], bytes], rounds: i
 def breakdown(report: H.Report, data: bytes, rounds: int) -> None:
     """Where the no-decode path's time goes over blake3 alone, for one input, step by step."""
     from mmobs import observing
-    from mmobs.keys.hashing import EncodedImage
+    from mmobs.keys.writer import EncodedImage
 
     io_ = ImageMediaIO()
     framed_prefix = b"\0" * 36  # the bytes the framing puts before the data (FR("image"), tags, lengths)

@@ -59,9 +59,6 @@ if TYPE_CHECKING:
     from mmobs.keys.hashing import (
         MultiModalHasher as MultiModalHasher,
     )
-    from mmobs.keys.hashing import (
-        UnsupportedTypeWarning as UnsupportedTypeWarning,
-    )
     from mmobs.keys.loader import (
         ImageMediaIO as ImageMediaIO,
     )
@@ -115,7 +112,7 @@ _EXPORTS: dict[str, str] = {
     "MMObsMiddleware": "asgi.middleware",
     "MediaWithBytes": "keys.media",
     "MultiModalHasher": "keys.hashing",
-    "UnsupportedTypeWarning": "keys.hashing",
+    "UnsupportedTypeWarning": "keys.writer",
     "add_request_context": "observability.logs",
     "check_image_bytes": "keys.guard",
     "compute_fingerprint": "observability.fingerprint",

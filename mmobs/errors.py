@@ -11,16 +11,6 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-__all__ = [
-    "BAD_IMAGE_REASONS",
-    "BadImageError",
-    "BadImageReason",
-    "InvalidOptionError",
-    "is_reported",
-    "mark_reported",
-    "refusal_reason",
-]
-
 BadImageReason = Literal[
     "empty",
     "too_large",

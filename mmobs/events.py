@@ -36,28 +36,6 @@ if TYPE_CHECKING:
 
     from mmobs.errors import BadImageError
 
-__all__ = [
-    "KEY_PATHS",
-    "KEY_SOURCES",
-    "MEDIA_KINDS",
-    "NULL_OBSERVER",
-    "ExifCorruptWarning",
-    "ExifFallback",
-    "HashObserver",
-    "Hashed",
-    "KeyPath",
-    "KeyPathChosen",
-    "KeySource",
-    "MediaKeyed",
-    "MediaKind",
-    "RecordingObserver",
-    "TransposeFailure",
-    "get_observer",
-    "observing",
-    "set_default_observer_factory",
-    "set_observer",
-]
-
 MediaKind = Literal["image", "media_with_bytes", "video"]
 KeySource = Literal["image_id", "pixels", "original_bytes", "frames"]
 #: How :func:`mmobs.keys.from_bytes.key_image` keyed an image: from the header alone, from the

@@ -6,5 +6,3 @@ Route templates (:mod:`~mmobs.asgi.routing`), OpenAI-style error bodies
 (:mod:`~mmobs.asgi.request_metrics`). Built on the observability layer and the
 keys core; it knows nothing of the reference service or of vLLM.
 """
-
-__all__: list[str] = []

@@ -13,8 +13,6 @@ from time import perf_counter
 
 from starlette.types import Message, Receive, Send
 
-__all__ = ["CountingReceive", "ResponseWatch"]
-
 
 class ResponseWatch:
     """What the app sends, seen through ``send``: the status, when the first and last body bytes left, how many.

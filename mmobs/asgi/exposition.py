@@ -24,8 +24,6 @@ from starlette.types import Receive, Scope, Send
 from mmobs.asgi.http_errors import error_body, send_json
 from mmobs.observability.metrics import multiprocess_dir
 
-__all__ = ["MetricsEndpoint", "accepts_gzip", "render", "scrape_registry"]
-
 _LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db$")
 
 

@@ -14,8 +14,6 @@ from starlette.types import Send
 
 from mmobs.errors import BadImageError
 
-__all__ = ["bad_image_body", "error_body", "send_json"]
-
 
 def error_body(
     message: str,

@@ -58,11 +58,10 @@ from mmobs.events import get_observer
 from mmobs.keys.refusals import bad_image_from_pillow, pillow_error_reason, report_bad_image
 from mmobs.observability.context import RequestStats, current_request
 from mmobs.observability.instrument import Instrumentation, install, metrics_for, set_hasher_info
-from mmobs.observability.logs import REQUEST_ATTRIBUTE, mmobs_logger, safe_text
+from mmobs.observability.log_fields import safe_text
+from mmobs.observability.logs import REQUEST_ATTRIBUTE, mmobs_logger
 from mmobs.observability.metrics import STATUS_CLASSES, multiprocess_dir
 from mmobs.observability.tracing import current_trace_id, start_server_span, tracing_on
-
-__all__ = ["HEALTH_PATH", "REQUEST_ID_PATTERN", "MMObsMiddleware"]
 
 #: What a client-supplied request id may look like; anything else is replaced.
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._:\-]{1,128}")

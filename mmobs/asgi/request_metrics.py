@@ -44,8 +44,6 @@ from mmobs.observability.metrics import (
     request_exemplar,
 )
 
-__all__ = ["EXEMPLAR_INTERVAL_SECONDS", "RequestRecorder", "RouteSeries"]
-
 #: A request counter's exemplar is replaced at most this often per series: a scrape shows one
 #: exemplar a series anyway, and replacing it on every request cost more than the counting.
 EXEMPLAR_INTERVAL_SECONDS = 1.0

@@ -15,8 +15,6 @@ from typing import Any
 
 from starlette.routing import Match, Mount
 
-__all__ = ["UNMATCHED_ROUTE", "RouteResolver", "endpoint_templates"]
-
 UNMATCHED_ROUTE = "<unmatched>"
 
 

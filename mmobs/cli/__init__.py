@@ -15,14 +15,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-# Names that lived in this module before it became a package, kept importable from here.
-from mmobs.cli.inspect_command import _inspect_file as _inspect_file
-from mmobs.cli.log_commands import VLLM_LOGGING_CONFIG as VLLM_LOGGING_CONFIG
-from mmobs.cli.parser import _HelpFormatter as _HelpFormatter
 from mmobs.cli.parser import build_parser
 from mmobs.observability.logs import configure_logging
-
-__all__ = ["build_parser", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

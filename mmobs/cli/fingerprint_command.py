@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-__all__ = ["run_fingerprint"]
-
 
 def run_fingerprint(args: argparse.Namespace) -> int:
     """Print the digest and the reference key behind it, input by input."""

@@ -21,9 +21,7 @@ from mmobs.keys.from_bytes import key_image
 from mmobs.keys.hashing import hash_in_format
 from mmobs.keys.loader import ImageMediaIO
 from mmobs.keys.refusals import report_bad_image
-from mmobs.observability.logs import safe_text
-
-__all__ = ["print_failure", "run_hash"]
+from mmobs.observability.log_fields import safe_text
 
 
 def _hash_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:

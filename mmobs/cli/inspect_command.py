@@ -21,12 +21,11 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from mmobs.cli.hash_command import print_failure
 from mmobs.errors import BadImageError
 from mmobs.events import RecordingObserver, observing
-from mmobs.keys.hashing import IMAGE_ID_TAG, MultiModalHasher
+from mmobs.keys.hashing import MultiModalHasher
 from mmobs.keys.loader import ImageMediaIO
 from mmobs.keys.refusals import pillow_error_reason
-from mmobs.observability.logs import safe_text
-
-__all__ = ["run_inspect"]
+from mmobs.keys.writer import IMAGE_ID_TAG
+from mmobs.observability.log_fields import safe_text
 
 _ORIENTATION_TAG = 0x0112
 _XMP_TAG = 700

@@ -8,8 +8,6 @@ import os
 import sys
 from importlib import resources
 
-__all__ = ["VLLM_LOGGING_CONFIG", "run_events", "run_vllm_logging_config"]
-
 
 def run_events(args: argparse.Namespace) -> int:
     """Every record of the logs (or of standard input) as one JSON line, whichever format wrote it."""

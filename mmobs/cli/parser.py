@@ -26,8 +26,6 @@ from mmobs.keys.loader import ImageMediaIO
 from mmobs.releases import NEWEST, key_format
 from mmobs.service.config import ServiceConfig
 
-__all__ = ["NewCommand", "build_parser"]
-
 #: Makes one subcommand's parser from its name and its one-line help (also its description).
 NewCommand = Callable[[str, str], argparse.ArgumentParser]
 

@@ -14,8 +14,6 @@ import sys
 
 from mmobs.service.serve_options import ServeOptions
 
-__all__ = ["run_serve"]
-
 
 def run_serve(args: argparse.Namespace) -> int:
     """Serve until stopped; 1 (and one line naming it) when the ``serve`` extra is not installed."""

@@ -10,5 +10,3 @@ it has to say (a fallback, a refusal, a key source) goes through the one seam,
 :mod:`mmobs.events`. Nothing here loads prometheus_client, structlog or
 Starlette, so the vLLM plugin can load it in every vLLM process.
 """
-
-__all__: list[str] = []

@@ -22,8 +22,6 @@ try:  # 3-4x faster on large payloads, same strict semantics (the "serve" extra)
 except ImportError:  # pragma: no cover - exercised where pybase64 is absent
     from base64 import b64decode
 
-__all__ = ["DEFAULT_MAX_BYTES", "data_url_bytes", "decode_base64", "parse_data_url"]
-
 #: 32 MiB of encoded bytes per image.
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 #: Besides image/*, the media types a data URL of an image may name (none, or "some bytes").

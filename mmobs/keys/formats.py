@@ -13,8 +13,6 @@ image that vLLM would accept, never the other way round.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_FORMATS", "REFUSED_BY_DEFAULT", "VLLM_FORMATS"]
-
 #: Formats the loader opens by default. (JPEG covers MPO; AVIF is used where
 #: this Pillow has the plugin.)
 DEFAULT_FORMATS: tuple[str, ...] = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF", "AVIF")

@@ -26,20 +26,6 @@ from typing import Any, Protocol
 
 from blake3 import blake3
 
-__all__ = [
-    "TAG_LEAF",
-    "TAG_MAPPING",
-    "TAG_NONE",
-    "TAG_SEQUENCE",
-    "Chunk",
-    "ChunkSink",
-    "DigestSink",
-    "Sink",
-    "blake3_cut",
-    "encode_length",
-    "framed",
-]
-
 Chunk = bytes | memoryview
 
 TAG_NONE = b"\x00"

@@ -4,7 +4,7 @@ A cache-aware router must compute, for every image, the very key vLLM will
 compute, before any replica sees the image. For an image loaded from bytes,
 vLLM 0.33 keys the loader's media-with-bytes by the framed original bytes,
 plus ``{"io_config", "data"}`` when its loader converted the image
-(:class:`~mmobs.keys.hashing.EncodedImage`). The decoded pixels contribute one
+(:class:`~mmobs.keys.writer.EncodedImage`). The decoded pixels contribute one
 bit: whether ``convert_image_mode`` made a new image, which depends only on
 the mode and the transparency (mode RGBA, LA or PA, or ``transparency`` in
 ``info``) of the image after opening, loading and the EXIF transpose. For the
@@ -46,7 +46,7 @@ mode and a copy of its ``info``, and when it raises (malformed EXIF) the
 untransposed image, of the same mode, is converted instead. The EXIF ImageID of bytes is
 never a ``uuid.UUID``, so the key never comes from it and a malformed EXIF
 block cannot change it: this path does not read the EXIF, and no EXIF fallback
-can run (see :class:`~mmobs.keys.hashing.EncodedImage`).
+can run (see :class:`~mmobs.keys.writer.EncodedImage`).
 
 ``verify`` decides what is checked: ``"header"`` (the default) checks what
 the header shows (the loader's format allow-list, byte and pixel limits, a
@@ -79,11 +79,10 @@ from PIL import Image, ImageFile
 from mmobs.errors import InvalidOptionError
 from mmobs.events import KeyPath, KeyPathChosen, get_observer
 from mmobs.keys.guard.png import png_chunks
-from mmobs.keys.hashing import ALGORITHMS, EncodedImage, hash_in_format, new_digest
+from mmobs.keys.hashing import ALGORITHMS, hash_in_format, new_digest
 from mmobs.keys.loader import ImageMediaIO, has_transparency
 from mmobs.keys.refusals import reporting_refusals
-
-__all__ = ["HEADER_FORMATS", "VERIFY_MODES", "ImageKey", "Verify", "key_for_bytes", "key_image"]
+from mmobs.keys.writer import EncodedImage
 
 Verify = Literal["header", "decode"]
 VERIFY_MODES: tuple[str, ...] = get_args(Verify)

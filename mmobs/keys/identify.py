@@ -55,8 +55,6 @@ from PIL import Image
 
 from mmobs.keys.formats import VLLM_FORMATS
 
-__all__ = ["CANNOT_OPEN", "clear_cache", "identification_order"]
-
 
 def _im_cannot(data: bytes) -> bool:
     head = data[:100]

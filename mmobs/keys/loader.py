@@ -54,17 +54,6 @@ from mmobs.keys.refusals import (
 )
 from mmobs.releases import key_format
 
-__all__ = [
-    "DEFAULT_FORMATS",
-    "DEFAULT_MAX_BYTES",
-    "DEFAULT_MAX_PIXELS",
-    "ImageMediaIO",
-    "has_transparency",
-    "load_data_url",
-    "normalize_image",
-    "safe_exif_transpose",
-]
-
 #: 50 megapixels: above any camera a client sends, far below a pixel bomb.
 DEFAULT_MAX_PIXELS = 50_000_000
 

@@ -8,8 +8,6 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-__all__ = ["MediaWithBytes", "is_media_with_bytes"]
-
 _T = TypeVar("_T")
 
 

@@ -47,8 +47,6 @@ from PIL import Image
 
 from mmobs.keys.guard._common import pixel_limit_error
 
-__all__ = ["PixelLimitExceeded", "install", "pixel_limit"]
-
 _LIMIT: ContextVar[int | None] = ContextVar("mmobs_pixel_limit", default=None)
 _MARK = "__mmobs_pixel_limit__"
 

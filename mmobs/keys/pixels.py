@@ -21,8 +21,6 @@ from collections.abc import Iterator
 
 from PIL import Image
 
-__all__ = ["STREAM_CHUNK_BYTES", "pixel_chunks"]
-
 #: Bytes per streamed chunk. Smaller chunks cost more in per-chunk overhead,
 #: larger ones barely gain and raise the peak (docs/performance.md).
 STREAM_CHUNK_BYTES = 256 * 1024

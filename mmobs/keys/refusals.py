@@ -24,15 +24,6 @@ from PIL import Image, UnidentifiedImageError
 from mmobs.errors import BadImageError, BadImageReason, is_reported, mark_reported
 from mmobs.events import get_observer
 
-__all__ = [
-    "bad_image_from_pillow",
-    "empty_image_error",
-    "pillow_error_reason",
-    "report_bad_image",
-    "reporting_refusals",
-    "too_large_error",
-]
-
 
 def empty_image_error() -> BadImageError:
     """The refusal of zero bytes, worded once for every loader that meets them (vLLM's, through the plugin)."""

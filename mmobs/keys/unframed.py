@@ -20,8 +20,6 @@ from mmobs.keys.pixels import pixel_chunks
 from mmobs.keys.writer import Writer, is_torch_tensor, pixel_layout
 from mmobs.releases import KeyFormat
 
-__all__ = ["UnframedWriter"]
-
 
 class UnframedWriter(Writer):
     """Walks a value and pushes the unframed stream of ``fmt`` into a sink."""

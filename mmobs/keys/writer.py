@@ -31,17 +31,6 @@ from mmobs.keys.framing import TAG_LEAF, TAG_MAPPING, TAG_NONE, TAG_SEQUENCE, Ch
 from mmobs.keys.media import is_media_with_bytes
 from mmobs.keys.pixels import pixel_chunks
 
-__all__ = [
-    "FRAMED_IMAGE",
-    "IMAGE_ID_TAG",
-    "EncodedImage",
-    "UnsupportedTypeWarning",
-    "Writer",
-    "is_torch_tensor",
-    "pixel_layout",
-    "read_image_id",
-]
-
 #: EXIF tag 0x800D. vLLM lets a caller pin an image's key by setting it to a ``uuid.UUID``.
 IMAGE_ID_TAG = 0x800D
 

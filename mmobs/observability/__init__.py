@@ -8,5 +8,3 @@ structlog or stdlib log events (:mod:`~mmobs.observability.logs`,
 It imports the keys core and the seam, never the HTTP layers above it; the
 per-request bookkeeping they share lives in :mod:`~mmobs.observability.context`.
 """
-
-__all__: list[str] = []

@@ -17,8 +17,6 @@ from __future__ import annotations
 import contextvars
 from dataclasses import dataclass
 
-__all__ = ["RequestStats", "current_request"]
-
 
 @dataclass(slots=True)
 class RequestStats:

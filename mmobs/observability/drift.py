@@ -28,10 +28,9 @@ from typing import Any
 
 from blake3 import blake3
 
-from mmobs.keys.hashing import EncodedImage, feed_item
+from mmobs.keys.hashing import feed_item
 from mmobs.keys.media import is_media_with_bytes
-
-__all__ = ["Drift", "DriftTracker", "original_bytes_item_digest"]
+from mmobs.keys.writer import EncodedImage
 
 _TAIL = 256
 _SCALE = 1 << 64

@@ -35,18 +35,14 @@ from blake3 import blake3
 from PIL import Image
 
 from mmobs.events import observing
-from mmobs.keys.hashing import IMAGE_ID_TAG, MultiModalHasher, ReleaseHasher
+from mmobs.keys.hashing import MultiModalHasher, ReleaseHasher
 from mmobs.keys.loader import ImageMediaIO
+from mmobs.keys.writer import IMAGE_ID_TAG
 from mmobs.releases import key_format
 
-__all__ = [
-    "FINGERPRINT_HEX_CHARS",
-    "Fingerprint",
-    "compute_fingerprint",
-    "key_with_release",
-    "keying_release",
-    "process_fingerprint",
-]
+#: Public: :func:`compute_fingerprint` (also ``mmobs.compute_fingerprint``) and :func:`key_with_release`;
+#: the rest is mmobs's own.
+__all__ = ["Fingerprint", "compute_fingerprint", "key_with_release"]
 
 FINGERPRINT_HEX_CHARS = 16
 

@@ -43,11 +43,10 @@ from mmobs.keys.guard import sniff_format
 from mmobs.observability.context import current_request
 from mmobs.observability.drift import DriftTracker
 from mmobs.observability.fingerprint import process_fingerprint
-from mmobs.observability.logs import mmobs_logger, safe_text
+from mmobs.observability.log_fields import safe_text
+from mmobs.observability.logs import mmobs_logger
 from mmobs.observability.metrics import HasherMetrics, exception_label, multiprocess_dir, request_exemplar
 from mmobs.observability.tracing import add_span_event, current_trace_id
-
-__all__ = ["Instrumentation", "content_digest", "default_instrumentation", "install", "metrics_for", "set_hasher_info"]
 
 _DIGEST_HEX_CHARS = 16
 _DEFAULT: Any = object()

@@ -6,8 +6,6 @@ which loads in every vLLM process, needs no structlog.
 
 from __future__ import annotations
 
-__all__ = ["MAX_FIELD_CHARS", "safe_text"]
-
 #: Longest text (an exception message, a header) that goes into a log field.
 MAX_FIELD_CHARS = 200
 

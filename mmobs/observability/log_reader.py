@@ -29,8 +29,6 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-__all__ = ["parse_line", "read_events"]
-
 #: vLLM's text record: ``(PROCESS pid=N) LEVEL MM-DD HH:MM:SS [file:line] message``.
 _VLLM_TEXT = re.compile(
     r"^\((?P<process_name>[A-Za-z_][\w-]*) pid=(?P<process>\d+)\) (?P<level>[A-Z]+) "

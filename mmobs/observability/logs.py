@@ -36,20 +36,9 @@ import structlog
 
 from mmobs.events import ExifCorruptWarning, get_observer
 from mmobs.observability.context import current_request
-from mmobs.observability.log_fields import MAX_FIELD_CHARS, safe_text
+from mmobs.observability.log_fields import safe_text
 from mmobs.observability.stdlib_events import events_route
 from mmobs.observability.tracing import add_span_event, current_trace_id
-
-__all__ = [
-    "MAX_FIELD_CHARS",
-    "REQUEST_ATTRIBUTE",
-    "LogFormat",
-    "add_request_context",
-    "capture_warnings",
-    "configure_logging",
-    "mmobs_logger",
-    "safe_text",
-]
 
 #: Set by the middleware on an exception escaping a request: (request_id, route).
 #: The server logs that exception after the request's context is gone.

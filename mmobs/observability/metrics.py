@@ -32,27 +32,6 @@ from mmobs.errors import BAD_IMAGE_REASONS
 from mmobs.events import KEY_PATHS
 from mmobs.keys.hashing import ALGORITHMS
 
-__all__ = [
-    "EXCEPTION_LABELS",
-    "HASHER_METRICS",
-    "HASH_BUCKETS",
-    "HTTP_METRICS",
-    "METRIC_NAMES",
-    "REQUEST_BUCKETS",
-    "SIZE_BUCKETS",
-    "STATUS_CLASSES",
-    "HasherMetrics",
-    "HttpMetrics",
-    "MetricSpec",
-    "bulk_capable",
-    "exception_label",
-    "fast_inc",
-    "fast_observe",
-    "made_once",
-    "multiprocess_dir",
-    "request_exemplar",
-]
-
 #: Exception classes Pillow's EXIF code is known to raise, with their label; anything else is ``other``.
 _KNOWN_EXCEPTIONS: tuple[type[BaseException], ...] = (
     SyntaxError,

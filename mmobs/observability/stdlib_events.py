@@ -30,7 +30,9 @@ from mmobs.observability.context import current_request
 from mmobs.observability.log_fields import safe_text
 from mmobs.observability.tracing import current_trace_id
 
-__all__ = ["JSONFormatter", "StdlibEventLogger", "events_route", "log_events_to_stdlib"]
+#: Public: the formatter a logging config names (``mmobs vllm-logging-config`` writes one); the rest is
+#: mmobs's own.
+__all__ = ["JSONFormatter"]
 
 #: Attributes every LogRecord has (and ``message``/``asctime``, which formatting adds): a field of
 #: that name is renamed with a trailing underscore, never allowed to overwrite the record's own.

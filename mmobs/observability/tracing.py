@@ -36,22 +36,6 @@ from typing import Any
 from mmobs._version import __version__
 from mmobs.errors import refusal_reason
 
-__all__ = [
-    "SCOPE",
-    "ServerSpan",
-    "add_span_event",
-    "attribute_values",
-    "current_trace_id",
-    "mark_error",
-    "now_ns",
-    "record_span",
-    "recording",
-    "set_attribute",
-    "span",
-    "start_server_span",
-    "tracing_on",
-]
-
 #: The instrumentation scope of every span mmobs makes.
 SCOPE = "mmobs"
 AttributeValue = str | bool | int | float | list[int] | list[str]

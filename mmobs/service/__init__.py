@@ -19,5 +19,3 @@ protects uvicorn from idle and slow clients; :mod:`~mmobs.service.metrics_server
 serves ``/metrics`` on a port of its own. A sibling of :mod:`mmobs.vllm`:
 neither imports the other.
 """
-
-__all__: list[str] = []

@@ -55,14 +55,8 @@ from mmobs.observability.fingerprint import key_with_release
 from mmobs.observability.logs import configure_logging
 from mmobs.service.config import ServiceConfig
 from mmobs.service.error_responses import http_exception_handler, server_error_handler
-from mmobs.service.hash_request import RequestError
 from mmobs.service.hash_service import HashService
-
-# tests/service/test_service.py imports this helper from here.
-from mmobs.service.request_image import data_url_bytes as _data_url_bytes  # noqa: F401
 from mmobs.service.tracing_setup import start_otlp_tracing
-
-__all__ = ["HashService", "RequestError", "ServiceConfig", "create_app"]
 
 
 def create_app(config: ServiceConfig | None = None) -> Starlette:

@@ -13,9 +13,9 @@ import json
 import os
 from dataclasses import dataclass
 
-from mmobs.keys.loader import DEFAULT_FORMATS, DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
-
-__all__ = ["CONFIG_ENV", "ServiceConfig"]
+from mmobs.keys.data_url import DEFAULT_MAX_BYTES
+from mmobs.keys.formats import DEFAULT_FORMATS
+from mmobs.keys.loader import DEFAULT_MAX_PIXELS
 
 CONFIG_ENV = "MMOBS_SERVICE_CONFIG"
 

@@ -13,11 +13,10 @@ from typing import Any
 
 from mmobs.errors import BadImageError
 from mmobs.keys.refusals import report_bad_image
-from mmobs.observability.logs import mmobs_logger, safe_text
+from mmobs.observability.log_fields import safe_text
+from mmobs.observability.logs import mmobs_logger
 from mmobs.service.config import ServiceConfig
 from mmobs.service.decode_pool import ServerBusy
-
-__all__ = ["CpuBudget", "budget_text", "too_costly", "unexpected_outcome"]
 
 _log = mmobs_logger()
 

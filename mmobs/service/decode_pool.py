@@ -42,8 +42,6 @@ from mmobs.service import decode_worker
 from mmobs.service.relay import Replayer
 from mmobs.service.wire import WireClosed, recv_message, send_message
 
-__all__ = ["DecodePool", "InlineDecoder", "PoolSettings", "ServerBusy"]
-
 _log = mmobs_logger()
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 #: Keep a worker's address space close to what it uses, so the limit measures the task:

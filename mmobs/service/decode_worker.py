@@ -47,8 +47,6 @@ from mmobs.service.hash_request import HashOptions, RequestError, RequestLimits,
 from mmobs.service.relay import RelayObserver, is_memory_failure
 from mmobs.service.wire import WireClosed, recv_message, send_message
 
-__all__ = ["key_header", "key_image", "main", "memory_available", "parse_body", "process_memory", "run_task"]
-
 #: Retire a worker whose resident memory stayed this far above its start (heap fragmentation).
 _RETIRE_GROWTH = 128 * 1024 * 1024
 _NICENESS = 5

@@ -17,16 +17,6 @@ from mmobs.asgi.http_errors import bad_image_body, error_body
 from mmobs.errors import BadImageError
 from mmobs.service.hash_request import RequestError
 
-__all__ = [
-    "bad_image_response",
-    "busy_response",
-    "error_response",
-    "http_exception_handler",
-    "internal_error_response",
-    "not_implemented_response",
-    "server_error_handler",
-]
-
 _INTERNAL_ERROR = "internal error; the request id names it in the server log"
 
 

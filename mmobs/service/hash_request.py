@@ -30,16 +30,6 @@ from mmobs.keys.from_bytes import VERIFY_MODES
 from mmobs.keys.hashing import ALGORITHMS
 from mmobs.keys.loader import ImageMediaIO
 
-__all__ = [
-    "HashOptions",
-    "ParsedRequest",
-    "RequestError",
-    "RequestLimits",
-    "count_json_values",
-    "hash_options",
-    "parse_json_body",
-]
-
 #: (param, URL) for every image a request names: a data: URL or a remote http(s) URL.
 Source = tuple[str, str]
 

@@ -20,7 +20,8 @@ from mmobs.events import get_observer
 from mmobs.keys.refusals import report_bad_image
 from mmobs.observability import tracing
 from mmobs.observability.fingerprint import process_fingerprint
-from mmobs.observability.logs import mmobs_logger, safe_text
+from mmobs.observability.log_fields import safe_text
+from mmobs.observability.logs import mmobs_logger
 from mmobs.service.config import ServiceConfig
 from mmobs.service.decode_outcome import CpuBudget, too_costly, unexpected_outcome
 from mmobs.service.decode_pool import DecodePool, InlineDecoder, PoolSettings, ServerBusy
@@ -38,8 +39,6 @@ from mmobs.service.relay import Replayer
 from mmobs.service.request_body import BodyBudget, bounded_request
 from mmobs.service.request_image import image_bytes
 from mmobs.service.request_reader import RequestReader, SetupError
-
-__all__ = ["HashService"]
 
 _log = mmobs_logger()
 

@@ -53,8 +53,6 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from mmobs.service.config import ServiceConfig
 
-__all__ = ["GuardSettings", "GuardedH11Protocol"]
-
 _log = structlog.get_logger("mmobs")
 _REPORT_INTERVAL = 10.0
 _TIMEOUT_RESPONSE = (

@@ -18,8 +18,6 @@ import ctypes
 import ctypes.util
 import sys
 
-__all__ = ["return_large_buffers"]
-
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 

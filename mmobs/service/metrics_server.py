@@ -20,8 +20,6 @@ from typing import Any
 from mmobs.asgi.exposition import render
 from mmobs.asgi.http_errors import error_body
 
-__all__ = ["MetricsServer", "start_metrics_server"]
-
 _MAX_CONNECTIONS = 32
 _IDLE_SECONDS = 10
 

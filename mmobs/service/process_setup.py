@@ -15,8 +15,6 @@ from pathlib import Path
 
 import structlog
 
-__all__ = ["MULTIPROCESS_DIR_ENV", "prepare_multiprocess_dir", "raise_open_files_limit"]
-
 #: prometheus_client's multiprocess mode reads its directory from this variable.
 MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: File descriptors kept beyond the connections: decode workers' sockets, metrics files, logs, the listening socket.

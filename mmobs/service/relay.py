@@ -43,8 +43,6 @@ from mmobs.events import ExifFallback, Hashed, HashObserver, KeyPathChosen, Medi
 from mmobs.keys.media import MediaWithBytes, is_media_with_bytes
 from mmobs.service.wire import recv_message, send_message
 
-__all__ = ["ImageFacts", "RelayObserver", "Replayer", "describe_error", "is_memory_failure", "relayed_error"]
-
 _MAX_TEXT = 800
 _CODEC_MEMORY = "decoder error -9"
 

@@ -17,8 +17,6 @@ from starlette.types import Message, Receive
 from mmobs.service.decode_pool import ServerBusy
 from mmobs.service.hash_request import RequestError
 
-__all__ = ["BodyBudget", "BodyTooLarge", "bounded_request", "read_body"]
-
 
 class BodyTooLarge(RequestError):
     """The body is larger than the service takes: ``413``."""

@@ -16,8 +16,6 @@ from mmobs.keys.refusals import report_bad_image
 from mmobs.observability import tracing
 from mmobs.service.fetch import RemoteFetcher
 
-__all__ = ["RequestImage", "data_url_bytes", "image_bytes"]
-
 
 @dataclass
 class RequestImage:

@@ -27,8 +27,6 @@ from mmobs.service.relay import Replayer
 from mmobs.service.request_body import read_body
 from mmobs.service.request_image import RequestImage
 
-__all__ = ["INLINE_JSON_BYTES", "RequestReader", "SetupError"]
-
 _log = mmobs_logger()
 #: JSON bodies up to this size are parsed in the service (a few ms at worst); larger ones in a decode worker.
 INLINE_JSON_BYTES = 256 * 1024

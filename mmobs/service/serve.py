@@ -24,8 +24,6 @@ from mmobs.service.config import CONFIG_ENV, ServiceConfig
 from mmobs.service.process_setup import MULTIPROCESS_DIR_ENV, prepare_multiprocess_dir, raise_open_files_limit
 from mmobs.service.serve_options import ServeOptions
 
-__all__ = ["serve"]
-
 #: The application factory each worker process calls (uvicorn imports it there by name).
 _APP_FACTORY = "mmobs.service.app:create_app"
 

@@ -17,8 +17,6 @@ from typing import Any
 from mmobs.observability.logs import LogFormat
 from mmobs.service.config import ServiceConfig
 
-__all__ = ["ServeOptions"]
-
 #: Seconds uvicorn waits for open requests on shutdown before closing their connections.
 _GRACEFUL_SHUTDOWN_SECONDS = 10
 #: The largest request head h11 buffers before it refuses the request.

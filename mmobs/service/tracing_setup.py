@@ -14,8 +14,6 @@ import importlib.util
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["MISSING_PACKAGES_HINT", "missing_packages", "start_otlp_tracing", "validate_endpoint"]
-
 #: The packages ``--otlp-endpoint`` needs (the ``otel`` extra).
 _PACKAGES = {
     "opentelemetry-api": "opentelemetry.trace",

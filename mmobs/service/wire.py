@@ -15,8 +15,6 @@ import socket
 import struct
 from typing import Any
 
-__all__ = ["WireClosed", "recv_message", "send_message"]
-
 _LENGTH = struct.Struct("!I")
 _MAX_HEADER = 16 * 1024 * 1024
 

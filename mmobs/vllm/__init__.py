@@ -35,12 +35,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mmobs.vllm.plugin import register, unregister
+from mmobs.vllm.plugin import register
 
 if TYPE_CHECKING:
     from mmobs.vllm.middleware import Middleware as Middleware
 
-__all__ = ["Middleware", "register", "unregister"]
+__all__ = ["Middleware", "register"]
 
 
 def __getattr__(name: str) -> Any:

@@ -15,8 +15,6 @@ from typing import Any
 
 from mmobs.events import observing
 
-__all__ = ["context_make_async", "context_submit", "not_traffic"]
-
 
 def context_make_async(original: Callable[..., Any]) -> Callable[..., Any]:
     """vLLM's ``make_async``, with the caller's contextvars carried into the executor thread.

@@ -38,8 +38,6 @@ from mmobs.vllm.decode_free_hits import decode_skip
 from mmobs.vllm.front_end import stages as front_end
 from mmobs.vllm.shape import vllm_max_pixels
 
-__all__ = ["load_bytes", "load_data_url", "normalize_image", "vllm_message"]
-
 
 def normalize_image(image: Image.Image) -> Image.Image:
     """vLLM's ``normalize_image`` (EXIF orientation, any failure tolerated), reporting failures."""

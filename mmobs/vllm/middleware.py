@@ -48,8 +48,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mmobs.asgi.exposition import scrape_registry
 from mmobs.asgi.middleware import MMObsMiddleware
 
-__all__ = ["OPENMETRICS_ENV", "VLLM_PROBE_PATHS", "Middleware"]
-
 #: ``1``: answer a scrape of ``/metrics`` that asks for OpenMetrics with it (exemplars included).
 OPENMETRICS_ENV = "MMOBS_VLLM_OPENMETRICS"
 

@@ -17,11 +17,9 @@ from typing import Any
 
 from PIL import Image
 
-from mmobs.keys.hashing import IMAGE_ID_TAG
+from mmobs.keys.writer import IMAGE_ID_TAG
 from mmobs.vllm.decode_free_hits.lazy_image import lazy_class
 from mmobs.vllm.shape import ShapeMismatch
-
-__all__ = ["pixels", "probe_decodes", "probe_files", "probe_images", "same_results"]
 
 
 def probe_images() -> list[Callable[[], Image.Image]]:

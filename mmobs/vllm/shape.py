@@ -17,8 +17,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Plan", "ShapeMismatch", "attribute", "function", "module", "registering", "vllm_max_pixels", "vllm_version"]
-
 #: What a plan replaces: (owner, attribute, replacement, whether the owner is an instance, not a class or module).
 Plan = list[tuple[Any, str, Any, bool]]
 

@@ -20,8 +20,6 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["LOGGER", "MAX_PENDING", "say", "whole_number_env"]
-
 #: Under vLLM's namespace, so vLLM's handler (or the user's logging config) writes the plugin's lines.
 LOGGER = logging.getLogger("vllm.mmobs")
 

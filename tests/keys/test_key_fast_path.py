@@ -20,8 +20,8 @@ from PIL import Image
 from mmobs import ImageMediaIO, MediaWithBytes, MultiModalHasher
 from mmobs.events import RecordingObserver, observing
 from mmobs.keys.framing import DigestSink
-from mmobs.keys.hashing import IMAGE_ID_TAG, new_digest
-from mmobs.keys.writer import Writer
+from mmobs.keys.hashing import new_digest
+from mmobs.keys.writer import IMAGE_ID_TAG, Writer
 from tests.support import golden
 
 

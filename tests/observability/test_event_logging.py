@@ -13,7 +13,7 @@ from structlog.testing import LogCapture, capture_logs
 from mmobs import ImageMediaIO, MultiModalHasher
 from mmobs.events import observing
 from mmobs.observability.instrument import Instrumentation
-from mmobs.observability.logs import MAX_FIELD_CHARS, safe_text
+from mmobs.observability.log_fields import MAX_FIELD_CHARS, safe_text
 from tests.observability.golden_inputs import BAD_HEADER_JPEG, fresh_bad_png
 from tests.support import golden, value
 

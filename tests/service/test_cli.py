@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import mmobs
-from mmobs.cli import _HelpFormatter, build_parser
+from mmobs.cli.parser import _HelpFormatter, build_parser
 from mmobs.observability.fingerprint import compute_fingerprint
 from tests.support import golden
 from tests.support.markdown import fenced_blocks
@@ -230,7 +230,7 @@ def test_the_runbooks_rule_holds_for_every_reference_input(tmp_path):
     The corpus's inputs break EXIF in every container (JPEG, PNG, WebP, TIFF, a PNG's hex text
     profile), so a rule read from which load path raises would call several of them a regression.
     """
-    from mmobs.cli import _inspect_file
+    from mmobs.cli.inspect_command import _inspect_file
 
     verdicts: dict[str, str] = {}
     for name, data in _every_reference_input():

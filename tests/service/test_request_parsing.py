@@ -59,12 +59,12 @@ _B64 = __import__("base64").b64encode(PHOTO_JPEG).decode()
 def test_data_urls_from_a_decode_worker_decode_as_text_ones_do(url: str) -> None:
     """Large bodies come back from the worker as UTF-8 bytes; the same URL must give the same bytes or refusal."""
     from mmobs.errors import BadImageError
-    from mmobs.service.app import _data_url_bytes
+    from mmobs.service.request_image import data_url_bytes
 
     outcomes = []
     for form in (url, url.encode("utf-8", "surrogatepass")):
         try:
-            outcomes.append(_data_url_bytes(form, 200_000))
+            outcomes.append(data_url_bytes(form, 200_000))
         except BadImageError as error:
             outcomes.append((error.reason, error.message))
     assert outcomes[0] == outcomes[1]

@@ -25,7 +25,7 @@ from PIL import Image
 from prometheus_client import REGISTRY
 
 from mmobs.events import RecordingObserver, observing
-from mmobs.keys.hashing import IMAGE_ID_TAG
+from mmobs.keys.writer import IMAGE_ID_TAG
 from mmobs.vllm.decode_free_hits.decode_skip import DecodedIndex, Record
 from mmobs.vllm.decode_free_hits.lazy_image import LazyImage
 from tests.support import golden, require_vllm, vllm_plugin_registered

@@ -40,8 +40,8 @@ import pytest
 from PIL import Image
 
 from mmobs import BadImageError, ImageMediaIO, MultiModalHasher
-from mmobs.keys.formats import REFUSED_BY_DEFAULT, VLLM_FORMATS
-from mmobs.keys.loader import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS
+from mmobs.keys.formats import DEFAULT_FORMATS, REFUSED_BY_DEFAULT, VLLM_FORMATS
+from mmobs.keys.loader import DEFAULT_MAX_PIXELS
 from tests.support import golden
 from tests.support.vllm_oracle import REQUIRE_VLLM, NoKey, Oracle, deterministic_key
 from tests.vllm.differential import (

@@ -5,8 +5,6 @@ from __future__ import annotations
 from mmobs.errors import BadImageError
 from mmobs.keys.guard.limits import DecodeLimits
 
-__all__ = ["check_canvas", "check_pixels", "pixel_limit_error", "too_costly", "union"]
-
 
 def too_costly(what: str, fix: str) -> BadImageError:
     """A ``too_costly`` refusal: ``what`` was found, ``fix`` says what to send instead."""

@@ -11,8 +11,6 @@ from __future__ import annotations
 from mmobs.keys.guard._common import check_pixels, too_costly
 from mmobs.keys.guard.limits import DecodeLimits
 
-__all__ = ["check_bmp"]
-
 _RLE = {1: "RLE8", 2: "RLE4"}
 
 

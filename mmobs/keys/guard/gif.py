@@ -11,8 +11,6 @@ from __future__ import annotations
 from mmobs.keys.guard._common import check_canvas, check_pixels, too_costly, union
 from mmobs.keys.guard.limits import DecodeLimits
 
-__all__ = ["check_gif"]
-
 _EXTENSION, _IMAGE, _TRAILER = 0x21, 0x2C, 0x3B
 _GRAPHIC_CONTROL = 0xF9
 

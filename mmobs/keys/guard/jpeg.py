@@ -28,8 +28,6 @@ import re
 from mmobs.keys.guard._common import check_pixels, too_costly
 from mmobs.keys.guard.limits import DecodeLimits
 
-__all__ = ["check_jpeg"]
-
 #: Start-of-frame markers (SOF0-15 but DHT C4, JPG C8 and DAC CC).
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 #: The non-differential, non-progressive frames (SOF0, 1, 3, 9, 11): one scan when it holds every component.

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-__all__ = ["DEFAULT_DECODE_LIMITS", "DecodeLimits"]
-
 KiB = 1024
 MiB = 1024 * KiB
 

@@ -27,8 +27,6 @@ import numpy as np
 from mmobs.keys.guard._common import check_pixels, too_costly
 from mmobs.keys.guard.limits import DecodeLimits
 
-__all__ = ["check_png", "idat_run", "png_chunks"]
-
 #: Chunks that carry the image or the animation, not metadata.
 _IMAGE_CHUNKS = frozenset((b"IHDR", b"PLTE", b"IDAT", b"IEND", b"tRNS", b"acTL", b"fcTL", b"fdAT"))
 #: Samples per pixel by PNG colour type (grey, RGB, palette, grey+alpha, RGBA).

@@ -16,8 +16,6 @@ import struct
 from mmobs.keys.guard._common import check_pixels, too_costly
 from mmobs.keys.guard.limits import DecodeLimits
 
-__all__ = ["check_tiff"]
-
 _WIDTH, _HEIGHT, _SAMPLES, _ROWS_PER_STRIP, _PLANAR = 256, 257, 277, 278, 284
 _STRIP_OFFSETS, _TILE_WIDTH, _TILE_LENGTH, _TILE_OFFSETS = 273, 322, 323, 324
 _GEOMETRY = frozenset((_WIDTH, _HEIGHT, _SAMPLES, _ROWS_PER_STRIP, _PLANAR, _TILE_WIDTH, _TILE_LENGTH))

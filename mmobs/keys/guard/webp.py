@@ -12,8 +12,6 @@ from __future__ import annotations
 from mmobs.keys.guard._common import check_canvas, check_pixels, too_costly, union
 from mmobs.keys.guard.limits import DecodeLimits
 
-__all__ = ["check_webp"]
-
 _IMAGE_CHUNKS = frozenset((b"VP8 ", b"VP8L", b"VP8X", b"ALPH", b"ANIM", b"ANMF"))
 
 

@@ -3,5 +3,3 @@
 Carried from the release :data:`mmobs.releases.FIRST_PROVEN` names for ``cache_drift``; below
 it the plugin declines the feature with one line naming the release.
 """
-
-__all__: list[str] = []

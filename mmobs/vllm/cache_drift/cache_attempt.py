@@ -26,8 +26,6 @@ from typing import Any, Literal
 from mmobs.observability.context import current_request
 from mmobs.vllm.cache_drift.drift import DriftBook
 
-__all__ = ["Attempt", "current_attempt", "request_id_now", "roll_back"]
-
 
 @dataclass
 class Attempt:

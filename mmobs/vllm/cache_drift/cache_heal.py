@@ -35,16 +35,6 @@ from typing import Any
 from mmobs.vllm.cache_drift.cache_attempt import Attempt, current_attempt, roll_back
 from mmobs.vllm.cache_drift.drift import DriftBook, DriftFailure, short_hash
 
-__all__ = [
-    "RETRY_AFTER_SECONDS",
-    "chat_completion",
-    "drift_error_class",
-    "drift_message",
-    "healing_generate",
-    "raise_if_drift",
-    "retry_after_handler",
-]
-
 #: The drift is gone once the API server dropped the hashes: a retry can come at once.
 RETRY_AFTER_SECONDS = "1"
 _REFUSED = "refused before the engine took it"

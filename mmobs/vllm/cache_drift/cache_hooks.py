@@ -47,8 +47,6 @@ from mmobs.vllm.shape import Plan, ShapeMismatch, function
 from mmobs.vllm.shape import attribute as _attribute
 from mmobs.vllm.shape import module as _module
 
-__all__ = ["HEAL_ENV", "VLLM_DRIFT_MESSAGE", "api_server_process", "cache_plan", "healing_enabled"]
-
 #: ``MMOBS_VLLM_MM_CACHE_HEAL=0``: count cache drift only, change nothing of vLLM's behaviour.
 HEAL_ENV = "MMOBS_VLLM_MM_CACHE_HEAL"
 #: The message of vLLM's own retryable error for a drift miss (``output_processor.py``, pooling routes).

@@ -20,15 +20,6 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from mmobs.observability.metrics import MetricSpec, made_once
 
-__all__ = [
-    "CACHE_DRIFT_METRICS",
-    "METRIC_NAMES",
-    "OUTCOMES",
-    "CacheDriftMetrics",
-    "cache_drift_metrics",
-    "engine_label",
-]
-
 #: What became of a request that drift failed: resubmitted and answered, or answered with an error.
 OUTCOMES: tuple[str, ...] = ("healed", "failed")
 #: Engine indexes get their own label value up to this many; more (a huge data-parallel deployment) share ``other``.

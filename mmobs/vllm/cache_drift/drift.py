@@ -29,8 +29,6 @@ from mmobs.observability.log_fields import safe_text
 from mmobs.observability.metrics import made_once
 from mmobs.vllm.cache_drift.cache_metrics import CacheDriftMetrics, cache_drift_metrics, engine_label
 
-__all__ = ["HASH_CHARS", "BoundedMap", "DriftBook", "DriftFailure", "drift_book", "short_hash"]
-
 #: How much of a hash a log line carries.
 HASH_CHARS = 16
 #: Recently drifted hashes remembered for the re-drift count; requests and modalities remembered.

@@ -13,8 +13,6 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 from mmobs.observability.metrics import MetricSpec, made_once
 
-__all__ = ["DECODE_SKIP_METRICS", "METRIC_NAMES", "DecodeSkipMetrics", "decode_skip_metrics"]
-
 DECODE_SKIP_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "skipped_decodes", Counter, "mmobs_vllm_skipped_decodes_total",

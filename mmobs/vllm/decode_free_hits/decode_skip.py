@@ -48,23 +48,6 @@ from mmobs.vllm.decode_free_hits.lazy_image import ImageIdRead, LazyImage, lazy_
 from mmobs.vllm.shape import vllm_max_pixels
 from mmobs.vllm.startup_log import say, whole_number_env
 
-__all__ = [
-    "DECODE_SKIP_ENV",
-    "DEFAULT_INDEX_BYTES",
-    "DEFAULT_INDEX_ENTRIES",
-    "INDEX_BYTES_ENV",
-    "INDEX_ENTRIES_ENV",
-    "DecodeSkipper",
-    "DecodedIndex",
-    "Record",
-    "activate",
-    "active",
-    "note_image_id_read",
-    "note_key",
-    "note_open",
-    "note_transpose_failure",
-]
-
 #: ``MMOBS_VLLM_DECODE_FREE_HITS=0``: decode every image, as vLLM does (on by default).
 DECODE_SKIP_ENV = "MMOBS_VLLM_DECODE_FREE_HITS"
 #: The index's capacity: remembered decodes, and their approximate bytes.

@@ -24,8 +24,6 @@ from typing import Any
 
 from PIL import Image
 
-__all__ = ["ImageIdRead", "LazyImage", "lazy_class", "plain_image"]
-
 #: One read of the EXIF ImageID as the decoded image answered it: (the UUID's bytes or None, what it raised).
 ImageIdRead = tuple[bytes | None, BaseException | None]
 #: What is known without decoding; everything else is the decoded image's.

@@ -23,18 +23,6 @@ from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 
 from mmobs.observability.metrics import MetricSpec, fast_observe, made_once
 
-__all__ = [
-    "DECODE_OUTCOMES",
-    "FORMATS",
-    "FRONT_END_METRICS",
-    "ITEM_COUNTS",
-    "METRIC_NAMES",
-    "MODALITIES",
-    "FrontEndMetrics",
-    "front_end_metrics",
-    "item_count_label",
-]
-
 #: The media kinds vLLM fetches and processes; ``mixed``: one processor call over several kinds.
 Modality = Literal["image", "audio", "video", "mixed", "other"]
 #: Where fetched media came from: an ``http(s)`` URL or a ``file`` URL (``--allowed-local-media-path``).

@@ -18,8 +18,6 @@ from mmobs.vllm.front_end import stages as front_end
 from mmobs.vllm.shape import Plan, attribute, function, module, registering, vllm_version
 from mmobs.vllm.startup_log import say
 
-__all__ = ["front_end_plan"]
-
 _CONNECTOR = "vllm.multimodal.media.connector"
 _MEDIA_IMAGE = "vllm.multimodal.media.image"
 _CONNECTIONS = "vllm.connections"

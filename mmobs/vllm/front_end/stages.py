@@ -48,21 +48,6 @@ from mmobs.observability import tracing
 from mmobs.vllm.decode_free_hits.lazy_image import LazyImage
 from mmobs.vllm.front_end.front_end_metrics import MODALITIES, front_end_metrics
 
-__all__ = [
-    "close_data_url",
-    "decoded",
-    "download",
-    "file_url",
-    "format_label",
-    "input_processor_made",
-    "loader_entered",
-    "media_fetch",
-    "open_data_url",
-    "process_inputs",
-    "timed_processor",
-    "watched",
-]
-
 #: The modality a download in this context is for (set around ``load_from_url``); None: not a media fetch.
 _fetching: contextvars.ContextVar[str | None] = contextvars.ContextVar("mmobs_media_fetch", default=None)
 

@@ -5,5 +5,3 @@ from 0.31 vLLM reads the EXIF ImageID tolerantly and :mod:`.key_hooks` counts wh
 swallows; before, it makes the release's bare read tolerant for the length of its hashing call.
 :mod:`.fast_keys` is the opt-in pixel path.
 """
-
-__all__: list[str] = []

@@ -18,8 +18,6 @@ from PIL import Image
 
 from mmobs.keys.hashing import MultiModalHasher
 
-__all__ = ["fast_serialize_item"]
-
 
 def fast_serialize_item(serialize_item: Callable[..., Iterable[Any]]) -> Callable[..., Iterable[Any]]:
     """Wrap the plugin's ``serialize_item``: plain PIL images go through mmobs's writer.

@@ -34,20 +34,11 @@ import numpy as np
 from PIL import Image
 
 from mmobs.events import ExifFallback, Hashed, KeySource, MediaKeyed, MediaKind, get_observer
-from mmobs.keys.hashing import IMAGE_ID_TAG
 from mmobs.keys.media import is_media_with_bytes
+from mmobs.keys.writer import IMAGE_ID_TAG
 from mmobs.observability import tracing
 from mmobs.vllm.decode_free_hits import decode_skip
 from mmobs.vllm.decode_free_hits.lazy_image import LazyImage
-
-__all__ = [
-    "counting_factory",
-    "hash_kwargs",
-    "hash_kwargs_reading_the_environment",
-    "image_id_bytes",
-    "serialize_item",
-    "tolerant_image_id",
-]
 
 
 @dataclass

@@ -46,17 +46,6 @@ from mmobs.vllm.cache_drift.cache_attempt import request_id_now
 from mmobs.vllm.startup_log import say, whole_number_env
 from mmobs.vllm.uuid_checks.uuid_metrics import UuidCheckMetrics, uuid_check_metrics
 
-__all__ = [
-    "CONFLICTS_ENV",
-    "INDEX_BYTES_ENV",
-    "INDEX_ENTRIES_ENV",
-    "UuidChecker",
-    "UuidConflictError",
-    "UuidIndex",
-    "checker_from_environment",
-    "get_mm_hashes",
-]
-
 #: ``refuse`` (the default): a conflict is a 400; ``count``: counted and logged, answered as vLLM answers it.
 CONFLICTS_ENV = "MMOBS_VLLM_UUID_CONFLICTS"
 INDEX_ENTRIES_ENV = "MMOBS_VLLM_UUID_INDEX_ENTRIES"

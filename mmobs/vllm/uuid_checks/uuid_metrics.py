@@ -15,15 +15,6 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 from mmobs.observability.metrics import MetricSpec, made_once
 
-__all__ = [
-    "CONFLICT_ACTIONS",
-    "METRIC_NAMES",
-    "UUID_CHECK_METRICS",
-    "UUID_ITEM_KINDS",
-    "UuidCheckMetrics",
-    "uuid_check_metrics",
-]
-
 #: ``checked``: a uuid sent with its data, keyed by content too; ``uuid_only``: the data left out (nothing to check).
 UuidItemKind = Literal["checked", "uuid_only"]
 #: What became of a conflict: ``refused`` (a 400, the default) or ``counted`` (answered as vLLM answers it).
