@@ -61,21 +61,6 @@ from dataclasses import dataclass
 
 from mmobs.errors import InvalidOptionError
 
-__all__ = [
-    "FIRST_PROVEN",
-    "NEWEST",
-    "OLDEST",
-    "RELEASES",
-    "VLLM_MODULES",
-    "KeyFormat",
-    "VllmModules",
-    "key_format",
-    "keyed_as",
-    "release_number",
-    "standing",
-    "unproven",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class KeyFormat:

@@ -29,16 +29,6 @@ from mmobs.vllm.shape import ShapeMismatch, attribute, function, module, registe
 from mmobs.vllm.startup_log import say
 from mmobs.vllm.switches import EXIF_FIX_ENV, FAST_KEYS_ENV, GUARD_ENV, enabled
 
-__all__ = [
-    "cache_drift_plan",
-    "context_plan",
-    "decode_free_plan",
-    "front_end_plan",
-    "key_plan",
-    "loader_plan",
-    "uuid_plan",
-]
-
 
 def key_plan(planning: Planning) -> list[Hook]:
     """The hasher: the tolerant ImageID read reported, each item's key source, each key's cost.

@@ -14,8 +14,6 @@ from mmobs.vllm import feature_plans
 from mmobs.vllm.decode_free_hits.decode_skip import DECODE_SKIP_ENV
 from mmobs.vllm.planning import Feature, Hook
 
-__all__ = ["FEATURES"]
-
 
 def _cache_drift_state(hooks: Sequence[Hook]) -> str:
     from mmobs.vllm.cache_drift import cache_hooks

@@ -25,8 +25,6 @@ from mmobs.vllm.startup_log import say
 if TYPE_CHECKING:
     from mmobs.vllm.decode_free_hits.decode_skip import DecodeSkipper
 
-__all__ = ["Applied", "Feature", "Hook", "Planning", "Processes", "plan_features"]
-
 
 #: The vLLM processes a feature applies to: all of them, or the API server only (media, hashing, metrics).
 Processes = Literal["every process", "API server"]

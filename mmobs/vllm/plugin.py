@@ -65,8 +65,6 @@ from mmobs.vllm.shape import ShapeMismatch, vllm_version
 from mmobs.vllm.startup_log import LOGGER, say
 from mmobs.vllm.switches import FAST_KEYS_ENV, GUARD_ENV, PLUGIN_ENV, enabled
 
-__all__ = ["FAST_KEYS_ENV", "GUARD_ENV", "PLUGIN_ENV", "ShapeMismatch", "register", "registered", "unregister"]
-
 _lock = threading.Lock()
 _applied: list[Applied] = []
 _declined = False

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["EXIF_FIX_ENV", "FAST_KEYS_ENV", "GUARD_ENV", "PLUGIN_ENV", "enabled"]
-
 #: ``MMOBS_VLLM_PLUGIN=0`` turns the plugin off.
 PLUGIN_ENV = "MMOBS_VLLM_PLUGIN"
 #: ``MMOBS_VLLM_FAST_KEYS=1`` keys plain PIL images through mmobs's pixel path.
