@@ -39,12 +39,13 @@ import h11
 from mmobs._version import __version__
 from mmobs.errors import BadImageError
 
-__all__ = ["RemoteFetcher", "RemoteURL", "is_private_address", "parse_remote_url"]
-
 _READ_CHUNK = 64 * 1024
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
 _COMPATIBLE = ipaddress.ip_network("::/96")
+#: 6to4: Python 3.13 (and the 3.12.4 ``ipaddress``) counts the whole prefix as not global, earlier
+#: releases as global; the address it carries decides here, on every Python.
+_SIXTOFOUR = ipaddress.ip_network("2002::/16")
 _ALLOW_HINT = "(the server's operator allows a host with --allow-remote-host HOST)"
 
 #: ``async resolver(host, port) -> [address, ...]``; the default asks the system resolver.
@@ -58,6 +59,9 @@ def is_private_address(address: str) -> bool:
     forms that carry an IPv4 address whose own check fails.
     """
     ip = ipaddress.ip_address(address.split("%")[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip in _SIXTOFOUR:
+        v4 = ipaddress.IPv4Address((int(ip) >> 80) & 0xFFFFFFFF)
+        return not v4.is_global or v4.is_multicast
     if not ip.is_global or ip.is_multicast:
         return True
     if isinstance(ip, ipaddress.IPv6Address):
@@ -66,8 +70,6 @@ def is_private_address(address: str) -> bool:
         embedded = []
         if ip.ipv4_mapped is not None:
             embedded.append(ip.ipv4_mapped)
-        if ip.sixtofour is not None:
-            embedded.append(ip.sixtofour)
         if ip in _NAT64 or ip in _COMPATIBLE:
             embedded.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
         if ip.teredo is not None:
