@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,27 @@ import pytest
 
 from mmobs.events import RecordingObserver, observing
 from tests.support.otlp_receiver import OTLP_TEST_ENV, OtlpReceiver, otlp_proto_available
-from tests.support.prefetch import Prefetcher, in_order_of_use, last
-from tests.support.vllm_pool import ServerContext, ServerPool, kinds_in_order_of_use, vllm_server_fixture
-from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, server_venv, write_json_logging_config
+from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
+from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, write_json_logging_config
+
+#: The distributions whose versions each run names in its header: what a range in pyproject.toml promises.
+REPORTED_VERSIONS = (
+    "Pillow", "numpy", "blake3", "prometheus-client", "structlog", "starlette", "uvicorn", "h11",
+    "python-multipart", "pybase64", "opentelemetry-api", "vllm", "torch", "transformers",
+)  # fmt: skip
+
+
+def pytest_report_header() -> str:
+    """The versions this run tests (tox's floors environment and the newest ones differ only here)."""
+    from importlib import metadata
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "absent"
+
+    return "versions: " + ", ".join(f"{name} {version(name)}" for name in REPORTED_VERSIONS)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -66,38 +85,48 @@ def silent_observer() -> Iterator[None]:
 
 
 # =============================================================================
-# Background work: results computed from the session's start, their tests run last
-# (tests/support/prefetch.py); and real vLLM servers (tests/vllm, test_prometheus.py,
-# test_vllm_docs.py): each kind started once per session and booted before its tests ask for it
-# (tests/support/vllm_pool.py)
+# Which tox environment runs a test: a marker of the environment's name (tox.ini selects by it).
+# The core's tests carry none. A test that takes a vLLM server is ``vllm_server``'s wherever it lives;
+# otherwise its own mark decides, then its file's row here (the first that matches).
 # =============================================================================
 
-_PREFETCHED = pytest.StashKey[list[str]]()
-_VLLM_KINDS = pytest.StashKey[list[str]]()
+ENVIRONMENTS = ("lint", "dashboards", "vllm", "vllm_releases", "pillow_range", "vllm_server")
+ENVIRONMENT_OF_FILE = {
+    "tests/test_style.py": "lint",
+    "tests/test_packaging.py": "lint",
+    "tests/dashboards/test_prometheus.py": "vllm_server",
+    "tests/dashboards/*": "dashboards",
+    "tests/docs/test_runbooks.py": "dashboards",
+    "tests/docs/test_vllm_docs.py": "vllm_server",
+    "tests/keys/test_keys_vllm*.py": "vllm",
+    "tests/keys/test_pillow_range.py": "pillow_range",
+    "tests/keys/test_releases.py": "vllm_releases",
+    "tests/vllm/test_vllm_releases_plugin.py": "vllm_releases",
+    "tests/vllm/*": "vllm",
+}
 
 
-@pytest.hookimpl(trylast=True)
+def _environment_of(item: pytest.Item, root: Path) -> str | None:
+    if "vllm_server_env" in getattr(item, "fixturenames", ()):
+        return "vllm_server"
+    marked = next((mark.name for mark in item.iter_markers() if mark.name in ENVIRONMENTS), None)
+    if marked is not None:
+        return marked
+    path = item.path.relative_to(root).as_posix()
+    return next((env for pattern, env in ENVIRONMENT_OF_FILE.items() if fnmatch.fnmatchcase(path, pattern)), None)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    last(items)
-    config.stash[_PREFETCHED] = in_order_of_use(items)
-    config.stash[_VLLM_KINDS] = kinds_in_order_of_use(items)
+    for item in items:
+        environment = _environment_of(item, config.rootpath)
+        if environment is not None:
+            item.add_marker(environment)
 
 
-@pytest.fixture(scope="session")
-def prefetcher(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prefetcher]:
-    """The session's prefetched results, computed in the order the collected tests first use them."""
-    prefetcher = Prefetcher(request.config.stash.get(_PREFETCHED, []), tmp_path_factory)
-    try:
-        yield prefetcher
-    finally:
-        prefetcher.close()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _prefetch_from_the_first_test(request: pytest.FixtureRequest) -> None:
-    """Start the background work with the session's first test, where its tests are collected."""
-    if request.config.stash.get(_PREFETCHED, []):
-        request.getfixturevalue("prefetcher")
+# =============================================================================
+# Real vLLM servers (tests/vllm, test_prometheus.py, test_vllm_docs.py): each kind a fixture that starts
+# it on first use and stops it at the end of its scope (tests/support/vllm_kinds.py)
+# =============================================================================
 
 
 @pytest.fixture(scope="session")
@@ -122,29 +151,12 @@ def vllm_media_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_pool(
-    request: pytest.FixtureRequest,
-    vllm_server_env: tuple[Any, Any],
-    vllm_media_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[ServerPool]:
-    """The session's servers, booted ahead in the order the collected tests first use them."""
+def vllm_server_context(
+    vllm_server_env: tuple[Any, Any], vllm_media_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> ServerContext:
+    """What every kind of server starts from (tests/support/vllm_kinds.py)."""
     venv, model = vllm_server_env
-    pool = ServerPool(ServerContext(venv, model, vllm_media_dir, tmp_path_factory), request.config.stash[_VLLM_KINDS])
-    try:
-        yield pool
-    finally:
-        pool.close()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _vllm_servers_boot_from_the_first_test(request: pytest.FixtureRequest) -> None:
-    """Start booting with the session's first test, where its tests use a server and the environment is here.
-
-    Elsewhere nothing is started, and a server's own fixture skips (or fails) with the reason as before.
-    """
-    if request.config.stash.get(_VLLM_KINDS, []) and server_venv() is not None:
-        request.getfixturevalue("vllm_pool")
+    return ServerContext(venv, model, vllm_media_dir, tmp_path_factory)
 
 
 # The kinds the whole suite shares; the drift and decode-free modules declare their own.

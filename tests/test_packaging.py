@@ -103,6 +103,7 @@ def test_the_readme_and_the_vllm_page_install_the_wheel_that_is_built(dist: Path
     assert "pip install mmobs " not in readme[1] and not any(line.startswith("pip install mmobs") for line in readme)
 
 
+@pytest.mark.vllm_server
 def test_the_vllm_server_environment_has_the_wheel_not_the_checkout() -> None:
     """What ``.ci/install-vllm-server`` installs: a wheel file (pip records an archive), not a directory."""
     from tests.support.vllm_server import require_vllm_server

@@ -7,6 +7,7 @@ error in ``mmobs/`` (which ships ``py.typed``: its annotations are a promise).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -49,3 +50,50 @@ def test_mypy_strict(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, f"mypy:\n{result.stdout[-6000:]}{result.stderr[-2000:]}"
     assert "Success: no issues found" in result.stdout
+
+
+#: A module a reader can hold in mind, and a function that fits on a screen (mmobs's own code).
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 80
+
+
+def _python_files() -> list[Path]:
+    return sorted(
+        path for folder in ("mmobs", "tests", "scripts", "benchmarks") for path in (ROOT / folder).rglob("*.py")
+    )
+
+
+def test_no_module_is_over_450_lines() -> None:
+    long = {
+        path.relative_to(ROOT).as_posix(): lines
+        for path in _python_files()
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"split these along their seams: {long}"
+
+
+def test_no_function_of_mmobs_is_over_80_lines() -> None:
+    import ast
+
+    long = []
+    for path in sorted((ROOT / "mmobs").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert long == []
+
+
+def test_the_project_speaks_a_users_words() -> None:
+    """Not an in-house nickname: the malformed-EXIF JPEG of vLLM issue #56527 is called what it is."""
+    tracked = (
+        subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=60)
+        .stdout.decode()
+        .split("\0")
+    )
+    nickname = re.compile(r"\bthe " + r"seed\b", re.IGNORECASE)  # spelt apart, so this file does not say it
+    texts = {".py", ".md", ".toml", ".ini", ".yaml", ".yml", ".json", ".jsonnet", ".libsonnet", ""}
+    paths = [ROOT / name for name in tracked if name and (ROOT / name).suffix in texts and (ROOT / name).is_file()]
+    found = [path for path in paths if nickname.search(path.read_text(encoding="utf-8", errors="replace"))]
+    assert found == []

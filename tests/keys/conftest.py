@@ -1,13 +1,15 @@
-"""Fixtures of the no-decode key modules (``test_keys_vllm_*.py``): the installed vLLM as the oracle."""
+"""Fixtures of the no-decode key modules (``test_keys_vllm_*.py``): the installed vLLM as the oracle, the ledger."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from mmobs.keys.loader import DEFAULT_MAX_PIXELS
+from tests.keys.keys_vllm import LEDGER
 from tests.support.vllm_oracle import require_vllm
 
 
@@ -23,3 +25,9 @@ def vllm() -> Iterator[Any]:
         patch.setenv("VLLM_MAX_IMAGE_PIXELS", str(DEFAULT_MAX_PIXELS))
         assert oracle.envs.VLLM_MAX_IMAGE_PIXELS == DEFAULT_MAX_PIXELS  # read lazily: check it took
         yield oracle.hasher, image_module, oracle.image_media_io, oracle.allowed_formats
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ledger_at_module_start() -> Counter[str]:
+    """``LEDGER`` as the module's first test found it: its last test checks what the module added since."""
+    return Counter(LEDGER)

@@ -2,8 +2,9 @@
 
 :func:`vllm_key` and :func:`vllm_state` ask vLLM's loader (the ``vllm`` fixture of
 ``tests/keys/conftest.py``); :func:`compare` checks one input against it and
-counts the outcome in ``LEDGER``, which ``test_keys_vllm_totals.py`` checks once
-every other module has run. Also the images several modules build (pixels of a
+counts the outcome in ``LEDGER``; each module's last test checks with :func:`ledger_since`
+what the module's own tests added (``ledger_at_module_start``, ``tests/keys/conftest.py``)
+compared enough to mean something, whatever else the process ran before it. Also the images several modules build (pixels of a
 mode, GIFs, a PNG with a late tRNS) and ``scripts/make_corpus.py``, loaded once.
 """
 
@@ -67,6 +68,11 @@ def vllm_state(vllm: Any, data: bytes) -> tuple[str, bool] | None:
 MODES: tuple[str | None, ...] = ("RGB", None, "L", "RGBA")
 COLORS: tuple[tuple[int, int, int], ...] = ((255, 255, 255), (0, 0, 0), (12, 200, 77))
 LEDGER: Counter[str] = Counter()
+
+
+def ledger_since(start: Counter[str]) -> Counter[str]:
+    """``LEDGER`` less ``start``: what was compared since ``start`` was taken."""
+    return Counter({key: LEDGER[key] - start.get(key, 0) for key in LEDGER if LEDGER[key] != start.get(key, 0)})
 
 
 def vllm_formats(vllm: Any) -> tuple[str, ...]:

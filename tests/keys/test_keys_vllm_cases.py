@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import struct
 import zlib
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from tests.keys.keys_vllm import (
     compare,
     encode,
     gifs,
+    ledger_since,
     pixels,
     png_late_trns,
     vllm_formats,
@@ -169,3 +171,11 @@ def test_gif_frame_zero_keeps_its_header_mode_under_every_loading_strategy(
         for image_mode in MODES:
             io_ = ImageMediaIO(image_mode, formats=vllm_formats(vllm))
             assert compare(vllm, data, image_mode, COLORS[0], io=io_, label=f"gif-{name}") == "equal"
+
+
+def test_every_case_the_header_cannot_decide_was_decoded_or_refused(
+    vllm: Any, ledger_at_module_start: Counter[str]
+) -> None:
+    """The module's last test: each of ``DECODE_CASES`` went one way or the other, none was left out."""
+    ledger = ledger_since(ledger_at_module_start)
+    assert ledger["decode_case_decoded"] + ledger["decode_case_refused"] == len(DECODE_CASES), ledger

@@ -16,8 +16,8 @@ Every input must satisfy (``compare`` in ``keys_vllm.py``):
   check: it catches a wrong decision the tested modes happen not to expose);
 * otherwise mmobs decodes (``header_decoded``) or refuses: never a wrong key.
 
-``LEDGER`` counts what was compared; ``test_keys_vllm_totals.py`` prints it and
-checks that the run compared enough keys to mean something. vLLM is required
+``LEDGER`` counts what was compared; the module's last test prints what its own tests
+added and checks that they compared enough keys to mean something. vLLM is required
 (``tests.support.vllm_oracle.require_vllm``): without it these tests skip with a
 reason, or fail under ``MMOBS_REQUIRE_VLLM=1`` (CI).
 """
@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from mmobs.keys.loader import ImageMediaIO
-from tests.keys.keys_vllm import COLORS, LEDGER, MARKS, MODES, compare, load_make_corpus, vllm_formats
+from tests.keys.keys_vllm import COLORS, LEDGER, MARKS, MODES, compare, ledger_since, load_make_corpus, vllm_formats
 from tests.support import golden
 
 pytestmark = MARKS
@@ -88,3 +88,13 @@ def test_corpus_images_key_as_vllm(vllm: Any, case: Any) -> None:
 
 
 # -- the property run ------------------------------------------------------------------
+
+
+def test_the_inputs_compared_enough(vllm: Any, ledger_at_module_start: Counter[str]) -> None:
+    """Every golden input and corpus image was compared, and enough keys equal vLLM's (a difference fails where it is)."""
+    ledger = ledger_since(ledger_at_module_start)
+    print("\nno-decode key vs vLLM, golden and corpus inputs:", dict(sorted(ledger.items())))
+    assert ledger["golden_inputs"] == len(_golden_inputs()) and ledger["corpus_images"] == len(CORPUS_IMAGES), ledger
+    assert ledger["equal"] >= 1000, ledger
+    assert ledger["path_header"] >= 100 and ledger["path_header_decoded"] >= 1, ledger
+    assert ledger["header_decisions_checked"] >= 1000, ledger

@@ -14,6 +14,7 @@ import os
 import struct
 import sys
 import zlib
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from tests.keys.keys_vllm import (
     MARKS,
     TARGET_MODES,
     compare,
+    ledger_since,
     load_make_corpus,
     pixels,
     png_late_trns,
@@ -208,4 +210,8 @@ def test_property_no_decode_key_is_vllms_or_decoded_or_refused(
     LEDGER["property_examples"] += 1
 
 
-# -- the cases that must be decoded, one by one --------------------------------------------
+def test_the_property_run_compared_enough(vllm: Any, ledger_at_module_start: Counter[str]) -> None:
+    """The module's last test: the run was not vacuous, and it reached the header-then-decode path often."""
+    ledger = ledger_since(ledger_at_module_start)
+    print("\nno-decode key vs vLLM, the property run:", dict(sorted(ledger.items())))
+    assert ledger["property_examples"] >= 100 and ledger["path_header_decoded"] >= 20, ledger

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import PIL
+import pytest
 from PIL import Image
 
 from tests.support import golden, require_vllm
@@ -73,6 +74,7 @@ def test_pillow_behaves_after_mmobs_exactly_as_before() -> None:
     assert pillow["open declares-400mp.png"]["raised"] == "DecompressionBombError"
 
 
+@pytest.mark.vllm
 def test_vllms_loader_behaves_after_mmobs_exactly_as_before() -> None:
     """vLLM's ``ImageMediaIO.load_bytes`` of every golden input gives what it gave before mmobs was loaded."""
     require_vllm()

@@ -6,7 +6,7 @@ into a folder of its own (``pip install --target``, from the package index) and 
 ``PYTHONPATH`` for a child pytest of :data:`PILLOW_SENSITIVE`: the golden keys, the EXIF fallback and its
 canaries, the pixel limit and decode budgets, identification, and Pillow left as mmobs found it
 (``test_pillow_isolation.py``, vLLM's loader included where vLLM is installed). Where the index cannot be
-reached the release skips with the reason; ``MMOBS_REQUIRE_PILLOW_RANGE=1`` (set by ``.ci/run``) makes that
+reached the release skips with the reason; ``MMOBS_REQUIRE_PILLOW_RANGE=1`` (set by tox's pillow-range environment) makes that
 a failure.
 
 Below the floor (Pillow 10.1.0: a process that got mmobs with ``pip install --no-deps`` may still have an
@@ -20,17 +20,12 @@ import os
 import subprocess
 import sys
 import tomllib
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import PIL
 import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
-
-from tests.support.prefetch import SESSION_ENVIRON, prefetched_fixture
-
-pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRE = os.environ.get("MMOBS_REQUIRE_PILLOW_RANGE") == "1"
@@ -55,11 +50,9 @@ PILLOW_SENSITIVE = [
             "test_identify",
             "test_image_io",
             "test_image_io_refusals",
-            # The ledger's totals (test_keys_vllm_totals) last: it counts what the others compared.
             "test_keys_vllm_cases",
             "test_keys_vllm_inputs",
             "test_keys_vllm_property",
-            "test_keys_vllm_totals",
         )
     ),
 ]
@@ -90,7 +83,6 @@ def _install(release: str, folder: Path) -> Path | str:
         capture_output=True,
         text=True,
         timeout=300,
-        env=SESSION_ENVIRON,
     )
     if result.returncode != 0:
         return f"could not install Pillow {release} from the package index: {result.stderr.strip()[-600:]}"
@@ -103,8 +95,8 @@ def _child_pytest(release: str, folder: Path) -> subprocess.CompletedProcess[str
     if isinstance(target, str):
         return target
     environment = {
-        **SESSION_ENVIRON,
-        "PYTHONPATH": os.pathsep.join([str(target), *filter(None, [SESSION_ENVIRON.get("PYTHONPATH")])]),
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(target), *filter(None, [os.environ.get("PYTHONPATH")])]),
         "MMOBS_EXPECTED_PILLOW": release,
     }
     tests = [ISOLATION] if release in BELOW_THE_FLOOR else PILLOW_SENSITIVE
@@ -120,22 +112,10 @@ def _child_pytest(release: str, folder: Path) -> subprocess.CompletedProcess[str
     )
 
 
-@prefetched_fixture
-def pillow_range_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str] | str]:
-    """Each release's child pytest (or why Pillow could not be installed), two at a time, in the background."""
-    with ThreadPoolExecutor(2) as pool:
-        runs = {
-            release: pool.submit(_child_pytest, release, tmp_path_factory.mktemp("pillow")) for release in RELEASES_HERE
-        }
-        return {release: run.result() for release, run in runs.items()}
-
-
 @pytest.mark.parametrize("release", RELEASES_HERE)
-def test_the_pillow_sensitive_tests_pass_under(
-    release: str, pillow_range_runs: dict[str, subprocess.CompletedProcess[str] | str]
-) -> None:
+def test_the_pillow_sensitive_tests_pass_under(release: str, tmp_path: Path) -> None:
     """Pillow ``release`` first on the path of a child pytest; every test there passes (or skips for its reason)."""
-    result = pillow_range_runs[release]
+    result = _child_pytest(release, tmp_path)
     if isinstance(result, str):
         if REQUIRE:
             pytest.fail(f"{result}; MMOBS_REQUIRE_PILLOW_RANGE=1 forbids skipping")

@@ -22,7 +22,6 @@ import json
 import subprocess
 import sys
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +34,10 @@ from mmobs.events import RecordingObserver, observing
 from mmobs.keys.hashing import MultiModalHasher, UnsupportedTypeWarning
 from mmobs.releases import NEWEST, RELEASES, key_format
 from tests.support import golden
-from tests.support.prefetch import prefetched_fixture
 from tests.support.vllm_releases import (
-    ReleaseRunner,
     releases_under_test,
     require_release_dependencies,
+    run_in_release,
     unpack_release,
 )
 
@@ -67,50 +65,49 @@ def _image_files(directory: Path) -> dict[str, Path]:
     return files
 
 
-def _probe(runner: ReleaseRunner, version: str, directory: Path, files: dict[str, Path]) -> dict[str, Any] | str:
-    """The release's report, or why there is none (a skip reason)."""
-    try:
-        tree = unpack_release(version, directory)
-    except pytest.skip.Exception as skipped:
-        return str(skipped)
-    request = {
-        "model_id": MODEL_ID,
-        "golden_inputs": str(golden.GOLDEN_DIR / "inputs"),
-        "cases": golden.cases(),
-        "files": {name: str(path) for name, path in files.items()},
-        "image_modes": IMAGE_MODES,
-    }
-    return runner.run(version, tree, PROBE, request, directory)
+class ReleaseReports:
+    """Each release's report on the image files (or why there is none), computed the first time a test asks.
 
-
-@prefetched_fixture
-def release_probes(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], dict[str, dict[str, Any] | str]]:
-    """The image files, and each release's report on them (or the reason it has none), two releases at a time.
-
-    Computed in the background from the session's start (tests/support/prefetch.py), each probe in a
-    process of its own that imports the release's vLLM (``ReleaseRunner``).
+    Each probe runs the release's vLLM in a child interpreter of its own (``run_in_release``).
     """
-    require_release_dependencies()
-    files = _image_files(tmp_path_factory.mktemp("release-inputs"))
-    with ReleaseRunner() as runner, ThreadPoolExecutor(2) as pool:
-        futures = {
-            version: pool.submit(_probe, runner, version, tmp_path_factory.mktemp(f"vllm-{version}"), files)
-            for version in RELEASES_UNDER_TEST
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        require_release_dependencies()
+        self._tmp_path_factory = tmp_path_factory
+        self.files = _image_files(tmp_path_factory.mktemp("release-inputs"))
+        self._reports: dict[str, dict[str, Any] | str] = {}
+
+    def __getitem__(self, version: str) -> dict[str, Any] | str:
+        if version not in self._reports:
+            self._reports[version] = self._probe(version, self._tmp_path_factory.mktemp(f"vllm-{version}"))
+        return self._reports[version]
+
+    def _probe(self, version: str, directory: Path) -> dict[str, Any] | str:
+        try:
+            tree = unpack_release(version, directory)
+        except pytest.skip.Exception as skipped:
+            return str(skipped)
+        request = {
+            "model_id": MODEL_ID,
+            "golden_inputs": str(golden.GOLDEN_DIR / "inputs"),
+            "cases": golden.cases(),
+            "files": {name: str(path) for name, path in self.files.items()},
+            "image_modes": IMAGE_MODES,
         }
-        return files, {version: future.result() for version, future in futures.items()}
+        return run_in_release(version, tree, PROBE, request, directory)
 
 
-@pytest.fixture(scope="module")
-def image_files(release_probes: tuple[dict[str, Path], dict[str, Any]]) -> dict[str, Path]:
-    return release_probes[0]
+@pytest.fixture(scope="session")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> ReleaseReports:
+    return ReleaseReports(tmp_path_factory)
 
 
-@pytest.fixture(scope="module")
-def reports(release_probes: tuple[dict[str, Path], dict[str, Any]]) -> dict[str, dict[str, Any] | str]:
-    return release_probes[1]
+@pytest.fixture(scope="session")
+def image_files(reports: ReleaseReports) -> dict[str, Path]:
+    return reports.files
 
 
-def _report(reports: dict[str, Any], version: str) -> dict[str, Any]:
+def _report(reports: ReleaseReports, version: str) -> dict[str, Any]:
     found = reports[version]
     if isinstance(found, str):
         pytest.skip(found)
@@ -133,7 +130,7 @@ def _hash_for(version: str, algorithm: str, kwargs: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize("version", RELEASES_UNDER_TEST)
-def test_golden_cases_key_as_the_release(reports: dict[str, Any], version: str) -> None:
+def test_golden_cases_key_as_the_release(reports: ReleaseReports, version: str) -> None:
     report = _report(reports, version)
     version = _keyed_as(version)
     tolerant = key_format(version).tolerant_image_id
@@ -181,7 +178,7 @@ _REFUSED_BY_MMOBS_ONLY = [
 
 
 @pytest.mark.parametrize("version", RELEASES_UNDER_TEST)
-def test_image_files_key_as_the_release(reports: dict[str, Any], image_files: dict[str, Path], version: str) -> None:
+def test_image_files_key_as_the_release(reports: ReleaseReports, image_files: dict[str, Path], version: str) -> None:
     report = _report(reports, version)
     version = _keyed_as(version)
     counts = {"equal": 0, "fallback": 0, "refused_by_both": 0}
@@ -246,7 +243,7 @@ def test_the_release_is_known(version: str) -> None:
 
 
 @pytest.mark.parametrize("version", RELEASES_UNDER_TEST)
-def test_mmobs_hash_keys_as_the_release(reports: dict[str, Any], image_files: dict[str, Path], version: str) -> None:
+def test_mmobs_hash_keys_as_the_release(reports: ReleaseReports, image_files: dict[str, Path], version: str) -> None:
     """``mmobs hash --vllm-version R``, decoding and from the header, gives release R's own keys."""
     report = _report(reports, version)
     names = ["bad-exif-header.jpg", "photo.jpg", "palette.png", "rgba.png", "imageid-string.jpg"]

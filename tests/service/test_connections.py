@@ -1,4 +1,4 @@
-"""Idle and slow clients must not starve ``mmobs serve`` (issue #11): header and body deadlines, a cap that evicts.
+"""Idle and slow clients must not starve ``mmobs serve``: header and body deadlines, a cap that evicts.
 
 Before :mod:`mmobs.service.http_guard`, 1,024 sockets that never sent a byte made
 uvicorn answer 503 to every request (its ``limit_concurrency`` counted them)
@@ -66,10 +66,13 @@ def test_healthz_answers_during_an_idle_connection_flood(service: ServiceProcess
     drip = socket.create_connection(("127.0.0.1", port))
     try:
         drip.sendall(b"GET /heal")  # a request line that never ends
-        latencies = probe(service, 20)
-        assert max(latencies) < DEADLINE / 2, latencies  # answered at once, not when the idle sockets expired
+        latencies = probe(service, 1)
+        # The flood was there while /healthz answered (counted after the first answer: on a loaded machine
+        # twenty answers can take longer than the idle sockets' deadline).
         still_open = sum(not closed_by_server(s) for s in flood)
-        assert still_open >= FLOOD - 20, still_open  # the flood was there while /healthz answered
+        assert still_open >= FLOOD - 20, still_open
+        latencies += probe(service, 19)
+        assert max(latencies) < DEADLINE / 2, latencies  # answered at once, not when the idle sockets expired
         # Each idle socket is closed at its header deadline; the half-sent request gets a 408.
         assert wait_until(lambda: all(closed_by_server(s) for s in flood), DEADLINE + 3)
         drip.settimeout(3)

@@ -26,7 +26,7 @@ uneditable-dashboard            ``editable: false``
 =============================== =========================================================
 
 PromQL is read with :mod:`tests.support.promql_scan` (strict); promtool parses every
-query for real in ``tests/dashboards/test_dashboards.py``.
+query for real in ``tests/dashboards/test_queries_and_provisioning.py``.
 """
 
 from __future__ import annotations

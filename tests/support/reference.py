@@ -3,7 +3,7 @@
 It shares no code with mmobs (no sinks, no streaming, ``np.asarray`` for
 pixels) and is itself checked against the golden vectors computed by vLLM
 (``tests/keys/test_hashing.py``). The real vLLM is the oracle in CI
-(``tests/vllm/test_vllm_differential.py``); this reference is what the unit tests,
+(``tests/vllm/test_vllm_differential_*.py``); this reference is what the unit tests,
 the fuzzer and the benchmark's straightforward baseline compare against on a
 machine without vLLM.
 """

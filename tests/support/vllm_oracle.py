@@ -3,8 +3,8 @@
 Golden vectors pin down what vLLM's keys *were* when someone computed them;
 the installed vLLM says what they *are*. ``require_vllm()`` hands the tests
 vLLM's own hasher, loader and ``MediaWithBytes`` class, or skips with a reason
-when vLLM cannot be imported. In CI (``MMOBS_REQUIRE_VLLM=1``, set by
-``.ci/run`` after ``.ci/install-vllm``) the skip becomes a failure, as with
+when vLLM cannot be imported. In tox's vllm environment (``MMOBS_REQUIRE_VLLM=1``, set
+where ``.ci/install-vllm`` installed it) the skip becomes a failure, as with
 ``MMOBS_REQUIRE_PROMETHEUS``: a compatibility claim must not pass because its
 oracle was missing.
 

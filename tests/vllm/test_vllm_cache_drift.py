@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.vllm_pool import ServerContext, vllm_server_fixture
+from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
 from tests.support.vllm_requests import mmobs_lines
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series, write_json_logging_config
 from tests.vllm.cache_drift_requests import (

@@ -22,7 +22,7 @@ from PIL import Image
 
 from tests.support import golden
 from tests.support.images import encode, noisy_image, png_header_only
-from tests.support.vllm_pool import ServerContext, vllm_server_fixture
+from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
 from tests.support.vllm_requests import client_for, comparable, drift_sampled, expected_for
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series
 

@@ -32,7 +32,7 @@ from mmobs.observability.fingerprint import compute_fingerprint
 from mmobs.observability.metrics import exception_label
 from mmobs.releases import FIRST_PROVEN, key_format, unproven
 from tests.support import data_url, golden
-from tests.support.vllm_pool import ServerContext, vllm_server_fixture
+from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, require_release_server, series
 from tests.vllm.test_vllm_releases_plugin import DECLINED_LINES
 from tests.vllm.test_vllm_render_keys import inputs, render, rendered_key
@@ -78,10 +78,8 @@ PAIRS: dict[str, tuple[str, str]] = {
 
 
 def each_release(releases: list[str]) -> pytest.MarkDecorator:
-    """Parametrize ``release`` over ``releases``, each case marked with the servers it takes."""
-    return pytest.mark.parametrize(
-        "release", [pytest.param(release, marks=pytest.mark.vllm_servers(*PAIRS[release])) for release in releases]
-    )
+    """Parametrize ``release`` over ``releases`` (each case takes its servers with :func:`servers`)."""
+    return pytest.mark.parametrize("release", releases)
 
 
 def servers(request: pytest.FixtureRequest, release: str) -> tuple[VllmServer, VllmServer]:

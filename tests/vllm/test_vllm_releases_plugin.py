@@ -16,7 +16,6 @@ the plugin key the golden inputs:
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +24,10 @@ import pytest
 from mmobs import key_for_bytes
 from mmobs.releases import FIRST_PROVEN, key_format, unproven
 from tests.support import golden
-from tests.support.prefetch import prefetched_fixture
 from tests.support.vllm_releases import (
-    ReleaseRunner,
     releases_under_test,
     require_release_dependencies,
+    run_in_release,
     unpack_release,
 )
 
@@ -51,42 +49,36 @@ DECLINED_LINES = {
 }
 
 
-def _probe(runner: ReleaseRunner, version: str, directory: Path, fix: bool) -> dict[str, Any]:
-    require_release_dependencies()
-    tree = unpack_release(version, directory)
-    files = {path.name: str(path) for path in sorted((golden.GOLDEN_DIR / "inputs").iterdir())}
-    return runner.run(version, tree, PROBE, files, directory, env={"MMOBS_VLLM_EXIF_FIX": "1" if fix else "0"})
+class PluginProbes:
+    """Each release's report, with the fix on or off, computed the first time a test asks for it.
 
-
-@prefetched_fixture
-def plugin_probes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, bool], Future[dict[str, Any]]]:
-    """Each release's report with the fix on, and with it off where the release needs it, two at a time.
-
-    Each run's future is done: its ``result()`` is the report, or raises what the probe raised (a skip, a
-    failure) in the test that reads it. Computed in the background from the session's start (tests/support/prefetch.py), each probe in a
-    process of its own that imports the release's vLLM (``ReleaseRunner``).
+    Each probe runs the release's vLLM in a child interpreter of its own (``run_in_release``).
     """
-    runs = [(version, True) for version in RELEASES] + [
-        (version, False) for version in RELEASES if not _tolerant(version)
-    ]
-    with ReleaseRunner() as runner, ThreadPoolExecutor(2) as pool:
-        futures = {
-            (version, fix): pool.submit(
-                _probe,
-                runner,
-                version,
-                tmp_path_factory.mktemp(f"plugin-{version}-fix-{'on' if fix else 'off'}"),
-                fix,
-            )
-            for version, fix in runs
-        }
-    return futures  # the pool has waited for each of them
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._tmp_path_factory = tmp_path_factory
+        self._reports: dict[tuple[str, bool], dict[str, Any]] = {}
+
+    def report(self, version: str, *, fix: bool) -> dict[str, Any]:
+        if (version, fix) not in self._reports:
+            require_release_dependencies()
+            directory = self._tmp_path_factory.mktemp(f"plugin-{version}-fix-{'on' if fix else 'off'}")
+            tree = unpack_release(version, directory)
+            files = {path.name: str(path) for path in sorted((golden.GOLDEN_DIR / "inputs").iterdir())}
+            env = {"MMOBS_VLLM_EXIF_FIX": "1" if fix else "0"}
+            self._reports[(version, fix)] = run_in_release(version, tree, PROBE, files, directory, env=env)
+        return self._reports[(version, fix)]
+
+
+@pytest.fixture(scope="session")
+def plugin_probes(tmp_path_factory: pytest.TempPathFactory) -> PluginProbes:
+    return PluginProbes(tmp_path_factory)
 
 
 @pytest.fixture(scope="module", params=RELEASES)
-def release(request: pytest.FixtureRequest, plugin_probes: dict[tuple[str, bool], Any]) -> tuple[str, dict[str, Any]]:
+def release(request: pytest.FixtureRequest, plugin_probes: PluginProbes) -> tuple[str, dict[str, Any]]:
     version = request.param
-    return version, plugin_probes[(version, True)].result()
+    return version, plugin_probes.report(version, fix=True)
 
 
 def _tolerant(version: str) -> bool:
@@ -145,9 +137,9 @@ def test_each_feature_not_proven_on_the_release_declines_with_one_line(release: 
 
 @pytest.mark.parametrize("version", [v for v in RELEASES if not _tolerant(v)])
 def test_with_the_fix_off_the_release_raises_as_before_and_the_fallback_is_counted(
-    version: str, plugin_probes: dict[tuple[str, bool], Any]
+    version: str, plugin_probes: PluginProbes
 ) -> None:
-    report = plugin_probes[(version, False)].result()
+    report = plugin_probes.report(version, fix=False)
     bad_exif = report["with_plugin"][BAD_EXIF_JPEG]
     assert bad_exif["raised"] == report["alone"][BAD_EXIF_JPEG]["raised"] == "SyntaxError"
     assert bad_exif["moved"][FALLBACK] == 1.0
