@@ -50,9 +50,6 @@ from mmobs.keys.framing import (
 from mmobs.keys.media import is_media_with_bytes
 from mmobs.keys.unframed import UnframedWriter
 from mmobs.keys.writer import FRAMED_IMAGE, EncodedImage, Writer, read_image_id
-
-# tests/keys/test_releases.py imports this from here; its home is mmobs.keys.writer (public: mmobs).
-from mmobs.keys.writer import UnsupportedTypeWarning as UnsupportedTypeWarning
 from mmobs.releases import KeyFormat, key_format
 
 

@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from mmobs import ImageMediaIO, key_for_bytes
+from mmobs import ImageMediaIO, UnsupportedTypeWarning, key_for_bytes
 from mmobs.errors import BadImageError
 from mmobs.events import RecordingObserver, observing
-from mmobs.keys.hashing import MultiModalHasher, UnsupportedTypeWarning
+from mmobs.keys.hashing import MultiModalHasher
 from mmobs.releases import NEWEST, RELEASES, key_format
 from tests.support import golden
 from tests.support.vllm_releases import (
