@@ -30,7 +30,7 @@ from _common import HERE, Config, asgi_scope
 BATCH = 200
 TARGET_ADDED_US = 10.0
 TARGET_HTTP_RATIO = 0.95
-#: Issue #22: through uvicorn, mmobs ahead of this lightest peer beyond the noise of the run.
+#: The target: through uvicorn, mmobs ahead of this lightest peer beyond the noise of the run.
 PEER = "correlation_id"
 
 
@@ -276,7 +276,7 @@ def _over_http(cfg: Config, out: harness.Report, factories: dict[str, Any]) -> N
     out()
     if ahead is not None:
         out(
-            f"mmobs against {PEER} (issue #22: ahead beyond the noise of the run), paired by round: the median "
+            f"mmobs against {PEER} (target: ahead beyond the noise of the run), paired by round: the median "
             "of the per-round ratios, with their quartiles; ahead beyond the noise means the lower quartile is "
             "above 1 for both."
         )

@@ -19,7 +19,7 @@ from PIL import Image
 
 import mmobs.keys.pixels
 
-#: Issue #22: mmobs / blake3 alone over the same stream (RGB is repacked; the others are read in place).
+#: The targets: mmobs / blake3 alone over the same stream (RGB is repacked; the others are read in place).
 TARGETS = {"RGB": 1.3, "other": 1.05}
 
 

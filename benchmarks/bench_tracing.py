@@ -1,4 +1,4 @@
-"""Section ``tracing``: what mmobs's OpenTelemetry spans cost, with tracing off and on (issue 41).
+"""Section ``tracing``: what mmobs's OpenTelemetry spans cost, with tracing off and on.
 
 In process, CPU time per call, competitors interleaved in the same rounds:
 

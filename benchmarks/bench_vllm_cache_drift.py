@@ -1,4 +1,4 @@
-"""vLLM's multimodal cache drift, before and after mmobs's healing, on real ``vllm serve`` processes (issue 21).
+"""vLLM's multimodal cache drift, before and after mmobs's healing, on real ``vllm serve`` processes.
 
 Part 1, the failures (``--limit-mm-per-prompt '{"image": 4}' --mm-processor-cache-gb 0.0003``),
 one server at a time, each configuration given the same traffic:
@@ -7,7 +7,7 @@ one server at a time, each configuration given the same traffic:
 * ``count only``: ``MMOBS_VLLM_MM_CACHE_HEAL=0`` (mmobs counts, changes nothing);
 * ``healing``: the default.
 
-Each gets the issue's three steps (a text too long with its image, then the same image twice),
+Each gets the three steps that drift the caches (a text too long with its image, then the same image twice),
 then ``--runs`` load runs of 6 clients x 72 chat completions of four 224x224 images (of 16),
 and one of 8 clients x 144 with every third request streamed. Reported: statuses, failures per
 run, mmobs's drift counters, and vLLM's own ``vllm:mm_cache_hits/queries`` per run.

@@ -1,4 +1,4 @@
-"""Section ``vllm-decode-free``: what decode-free cache hits save a running ``vllm serve`` (issue #28).
+"""Section ``vllm-decode-free``: what decode-free cache hits save a running ``vllm serve``.
 
 Chat clients re-send every image of a conversation on every turn; vLLM's API
 server decodes each again before it keys it, although on a processor-cache
@@ -55,7 +55,7 @@ from PIL import Image
 
 from tests.support.vllm_server import server_venv
 
-#: Issue #28's targets: with/without API-server CPU, for all-cached requests and over a chat.
+#: The targets: with/without API-server CPU, for all-cached requests and over a chat.
 CACHED_TARGET = 0.2
 CHAT_TARGET = 0.6
 TURNS = 6

@@ -1,4 +1,4 @@
-"""Section ``vllm-front-end``: what timing the multimodal front end's stages costs (issue 30).
+"""Section ``vllm-front-end``: what timing the multimodal front end's stages costs.
 
 In process, with the real vLLM 0.33 (``.ci/install-vllm``) and the plugin
 registered. Each hook wraps a stage that does nothing (so that a decode's own

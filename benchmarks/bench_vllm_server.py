@@ -1,4 +1,4 @@
-"""Section ``vllm-server``: what mmobs costs inside a real, running ``vllm serve`` (issue #20).
+"""Section ``vllm-server``: what mmobs costs inside a real, running ``vllm serve``.
 
 The other sections time mmobs's pieces alone (a key, an event, the middleware
 around a trivial app). A user runs them inside vLLM, where one chat completion

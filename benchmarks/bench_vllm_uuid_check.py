@@ -1,4 +1,4 @@
-"""Section ``vllm-uuid-check``: what checking client media uuids costs vLLM's key computation (issue 29).
+"""Section ``vllm-uuid-check``: what checking client media uuids costs vLLM's key computation.
 
 In process, with the real vLLM 0.33 (``.ci/install-vllm``) and the plugin
 registered: ``ProcessorInputs.get_mm_hashes`` as vLLM's API server calls it,

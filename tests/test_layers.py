@@ -34,7 +34,7 @@ LAYER_OF: dict[str, str] = {
 #: ``service`` and ``vllm`` share a rank, so neither imports the other.
 RANK: dict[str, int] = {"base": 0, "keys": 1, "observability": 2, "asgi": 3, "service": 4, "vllm": 4, "top": 5}
 
-#: The most modules that may sit directly in mmobs/ (the issue's "about a dozen").
+#: The most modules that may sit directly in mmobs/: about a dozen.
 MAX_TOP_LEVEL_MODULES = 12
 
 

@@ -1,4 +1,4 @@
-"""The package as an index would show it, and as the docs say to install it (issue 31, item 5).
+"""The package as an index would show it, and as the docs say to install it.
 
 mmobs is not published yet, so ``pip install mmobs`` finds nothing: the README and
 docs/vllm.md say to build the wheel from the checkout (``python3 -m build --wheel``)

@@ -85,15 +85,51 @@ def test_no_function_of_mmobs_is_over_80_lines() -> None:
     assert long == []
 
 
-def test_the_project_speaks_a_users_words() -> None:
-    """Not an in-house nickname: the malformed-EXIF JPEG of vLLM issue #56527 is called what it is."""
+def _tracked_texts() -> list[Path]:
+    """The tracked files a reader reads: code, docs, configuration, dashboards."""
     tracked = (
         subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=60)
         .stdout.decode()
         .split("\0")
     )
-    nickname = re.compile(r"\bthe " + r"seed\b", re.IGNORECASE)  # spelt apart, so this file does not say it
     texts = {".py", ".md", ".toml", ".ini", ".yaml", ".yml", ".json", ".jsonnet", ".libsonnet", ""}
-    paths = [ROOT / name for name in tracked if name and (ROOT / name).suffix in texts and (ROOT / name).is_file()]
-    found = [path for path in paths if nickname.search(path.read_text(encoding="utf-8", errors="replace"))]
+    return [ROOT / name for name in tracked if name and (ROOT / name).suffix in texts and (ROOT / name).is_file()]
+
+
+def test_the_project_speaks_a_users_words() -> None:
+    """Not an in-house nickname: the malformed-EXIF JPEG of vLLM issue #56527 is called what it is."""
+    nickname = re.compile(r"\bthe " + r"seed\b", re.IGNORECASE)  # spelt apart, so this file does not say it
+    found = [path for path in _tracked_texts() if nickname.search(path.read_text(encoding="utf-8", errors="replace"))]
+    assert found == []
+
+
+#: An issue cited by number: "issue #N", "issues N and M", "(#N)".
+ISSUE_NUMBER = re.compile(r"\bissues?\s+#?\d+|\(#\d+\)", re.IGNORECASE)
+#: Whose it is, within the few words before it: vLLM (not the ``vllm`` command), llm-d, Dynamo, upstream.
+OTHER_PROJECT = re.compile(r"^(?:vLLM|llm-d|[Dd]ynamo|[Uu]pstream)(?:'s)?$")
+#: Or a repository named just before it, owner/name: ``python-pillow/Pillow issue #N``.
+REPOSITORY = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _cites_our_own_issue(text: str, match: re.Match[str]) -> bool:
+    """No other project named in the words before the reference, within its sentence and its parenthesis.
+
+    So "vLLM's key computation (issue N)" is ours: the name is outside the parenthesis.
+    """
+    before = text[max(0, match.start() - 160) : match.start()]
+    before = re.split(r"\(|\.\s", before)[-1]
+    words = [word.strip("`*_[],;'\"") for word in re.findall(r"[^\s|#:()]+", before)]  # a comment's #: is no word
+    words = [word for word in words if word][-4:]
+    return not any(OTHER_PROJECT.match(word) for word in words) and not (words and REPOSITORY.match(words[-1]))
+
+
+def test_issue_numbers_are_other_projects_in_a_users_words() -> None:
+    """This project's own issue numbers mean nothing to a reader: say the subject. Others' are named as theirs."""
+    found = []
+    for path in _tracked_texts():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for match in ISSUE_NUMBER.finditer(text):
+            if _cites_our_own_issue(text, match):
+                line = text.count("\n", 0, match.start()) + 1
+                found.append(f"{path.relative_to(ROOT)}:{line}: {match.group()}")
     assert found == []

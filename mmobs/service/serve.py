@@ -30,7 +30,7 @@ _APP_FACTORY = "mmobs.service.app:create_app"
 
 def serve(options: ServeOptions) -> None:
     """Run the reference service until uvicorn stops (a signal); the metrics server, if asked, beside it."""
-    # Before anything logs: mmobs's events, uvicorn's records, warnings, one format (issue #12).
+    # Before anything logs: mmobs's events, uvicorn's records, warnings, one format.
     configure_logging(options.log_format, options.log_level)
     config = options.service_config(raise_open_files_limit(options.limit_concurrency))
     os.environ[CONFIG_ENV] = config.to_env()

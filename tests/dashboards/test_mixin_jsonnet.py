@@ -1,4 +1,4 @@
-"""``dashboards/mixin.libsonnet`` evaluated by jsonnet's own evaluator (issue 31, item 2).
+"""``dashboards/mixin.libsonnet`` evaluated by jsonnet's own evaluator.
 
 Vendored as a monitoring mixin, it must give exactly the dashboards, rules and
 alerts the files hold (and CI tests); its ``_config.selector`` must reach every

@@ -1,6 +1,6 @@
 """Decode budgets (``mmobs.keys.guard``): each costly class is refused, a plain image of its size passes.
 
-For every costly class (issue #11) a small input is refused with the exact
+For every costly class a small input is refused with the exact
 reason, and a plain image of the same pixel size is accepted, so each check
 is tied to structure, not to size. The structures whose cost is close to a
 class's (a WebP canvas, a padded TIFF tile, scans after a JPEG's only scan, runs
@@ -175,7 +175,7 @@ def _after_the_only_scan(extra: bytes) -> bytes:
 
 
 def test_after_a_frames_only_scan_nothing_is_read_because_nothing_costs() -> None:
-    """The walk stops at the only scan of a single-scan frame (issue #22): libjpeg reads the rest in C.
+    """The walk stops at the only scan of a single-scan frame: libjpeg reads the rest in C.
 
     So the entropy-coded data is never searched. What is past that point can
     cost nothing: metadata segments and fill there are skipped by libjpeg in C
@@ -219,7 +219,7 @@ def _chunk_count(png: bytes) -> int:
 
 
 def test_a_run_of_image_data_chunks_counts_every_chunk() -> None:
-    """Runs of IDAT chunks of one size are checked at once (issue #22), and still counted one by one."""
+    """Runs of IDAT chunks of one size are checked at once, for speed, and still counted one by one."""
     png = costly.png_rechunked(encode(photo((320, 240)), "PNG"), 512)
     chunks = _chunk_count(png)
     assert chunks > 100

@@ -1,4 +1,4 @@
-"""A cheap regression check on what a key costs: no path may fall far behind blake3 alone (issue #22).
+"""A cheap regression check on what a key costs: no path may fall far behind blake3 alone.
 
 Not a timed target: the targets are measured by ``benchmarks/`` and quoted in
 ``docs/performance.md``. This catches a change that makes a path several

@@ -1,4 +1,4 @@
-"""``max_pixels`` is the loader's one pixel limit (``mmobs.keys.pixel_limit``, issue #12).
+"""``max_pixels`` is the loader's one pixel limit (``mmobs.keys.pixel_limit``).
 
 Above or below Pillow's ``MAX_IMAGE_PIXELS``, with mmobs's message, no Pillow
 warning, and no effect on Pillow's behaviour outside the loader (nor across

@@ -1,4 +1,4 @@
-"""What one request may cost the service, over real HTTP: budgets, 503s, 500s and set-up errors (issue #11, #12).
+"""What one request may cost the service, over real HTTP: budgets, 503s, 500s and set-up errors.
 
 The services here run with small budgets (0.05 s of CPU per request; 64 MiB
 per image) so that plain images of a few megapixels breach them: the hard

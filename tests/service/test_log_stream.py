@@ -1,4 +1,4 @@
-"""``mmobs serve --log-format json`` under the whole corpus: one clean log stream (issue #12).
+"""``mmobs serve --log-format json`` under the whole corpus: one clean log stream.
 
 A real service (1 worker, then 2) gets every corpus case over HTTP, each
 request tagged with its own ``X-Request-ID``. Its whole output (stderr, and

@@ -289,7 +289,7 @@ def test_healthz(client):
     assert payload["fingerprint"] == compute_fingerprint().digest
 
 
-# -- bounded, validated input (issue #11) and messages that help (issue #12) ------------------------
+# -- bounded, validated input and messages that help ------------------------------------------------
 
 
 @pytest.mark.parametrize(

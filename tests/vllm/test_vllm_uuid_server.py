@@ -1,4 +1,4 @@
-"""Client media uuids checked against their content in a running ``vllm serve`` (issue 29), with the openai client.
+"""Client media uuids checked against their content in a running ``vllm serve``, with the openai client.
 
 vLLM keys an item sent with a ``uuid`` (and no processor or media kwargs) by
 the uuid alone: the same uuid with another image is answered with the first

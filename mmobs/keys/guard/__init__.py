@@ -3,8 +3,8 @@
 A small file can cost far more to decode than a plain image of its size: a
 JPEG of thousands of tiny EXIF segments, a PNG of compressed metadata chunks
 each inflating to 1 MiB, a TIFF declaring one giant tile, a 92-byte WebP
-declaring a 7000x7000 canvas (issue #11 lists them, ``docs/reliability.md``
-measures them). :func:`check_image_bytes` recognises the container from its
+declaring a 7000x7000 canvas (``docs/reliability.md`` lists and measures
+them). :func:`check_image_bytes` recognises the container from its
 first bytes, walks its structure once (one module per format) and refuses
 what exceeds a :class:`DecodeLimits` budget with a ``BadImageError`` whose
 reason is ``too_costly`` (or ``too_many_pixels`` for a declared size above

@@ -1,4 +1,4 @@
-"""Inputs that cost far more to decode than a plain image of their size (issue #11).
+"""Inputs that cost far more to decode than a plain image of their size.
 
 Each builder takes its size as a parameter, so the same structure serves two
 uses: a small case for CI (:func:`costly_cases`, in ``cases.py``, every one
