@@ -367,6 +367,7 @@ def test_supported_types_do_not_warn(recwarn: pytest.WarningsRecorder) -> None:
     assert [w for w in recwarn if issubclass(w.category, mmobs.UnsupportedTypeWarning)] == []
 
 
+@pytest.mark.vllm  # torch is vLLM's: the vllm environment has it
 def test_torch_tensors_key_like_their_arrays() -> None:
     """float32 tensors key as item "tensor" of their array; bfloat16 as raw bytes + dtype/shape."""
     torch = pytest.importorskip("torch", reason="torch is an optional dependency of mmobs")

@@ -143,6 +143,7 @@ def test_media_holding_something_else_is_pickled_whole(record: Any) -> None:
     assert rec.keyed == []
 
 
+@pytest.mark.vllm  # torch is vLLM's: the vllm environment has it
 def test_video_frames_as_a_tensor_key_like_vllm(record: Any) -> None:
     """vLLM's video decoders may hand back frames as a tensor: keyed as the tensor item."""
     torch = pytest.importorskip("torch", reason="torch is an optional dependency of mmobs")
