@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -60,9 +61,33 @@ def vllm_plugin_registered() -> Iterator[ModuleType]:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback TCP port nothing listens on, from below the kernel's ephemeral range.
+
+    A port ``bind(0)`` hands out comes from the range the kernel gives every outgoing connection, and
+    tox runs environments side by side whose tests open thousands: a server that binds it seconds
+    later (``vllm serve`` imports for twenty) could find it taken. Below that range only another
+    ``free_port`` picks ports, at random among some twenty thousand.
+    """
+    low = _ephemeral_range_start()
+    chooser = random.SystemRandom()
+    for _ in range(200):
+        port = chooser.randrange(10_000, low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port between 10000 and {low}")
+
+
+def _ephemeral_range_start() -> int:
+    """The first port of Linux's ephemeral range (``ip_local_port_range``); 32768, its default, elsewhere."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+    return low if low > 11_000 else 32768
 
 
 def data_url(data: bytes, media_type: str = "image/jpeg") -> str:

@@ -117,8 +117,6 @@ class VllmServer(ManagedProcess):
         timeout: float = 240.0,
     ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.model = str(model)
         for sub in ("tmp", "cache", "xdg", "hf"):
             (directory / sub).mkdir(exist_ok=True)
@@ -143,14 +141,26 @@ class VllmServer(ManagedProcess):
         #: What the caller added to the environment (the switches a user would set).
         self.extra_env = dict(env or {})
         child_env.update(self.extra_env)
-        command = [
-            str(venv / "bin" / "vllm"), "serve", self.model, *SERVE_FLAGS,
-            "--host", "127.0.0.1", "--port", str(self.port), *args,
-        ]  # fmt: skip
-        self.command = command
         self.shm_before = set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
-        super().__init__(name, command, directory / f"vllm-{self.port}.log", env=child_env, cwd=directory)
-        self.wait_until(lambda: httpx.get(self.url + "/health", timeout=2).status_code == 200, timeout, "healthy")
+        # Another process may bind the port in the seconds vLLM imports before it does: then once more.
+        for attempt in (1, 2, 3):
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            self.command = [
+                str(venv / "bin" / "vllm"), "serve", self.model, *SERVE_FLAGS,
+                "--host", "127.0.0.1", "--port", str(self.port), *args,
+            ]  # fmt: skip
+            super().__init__(name, self.command, directory / f"vllm-{self.port}.log", env=child_env, cwd=directory)
+            try:
+                self.wait_until(
+                    lambda: httpx.get(self.url + "/health", timeout=2).status_code == 200, timeout, "healthy"
+                )
+            except RuntimeError:
+                if attempt == 3 or self.process.poll() is None or "Address already in use" not in self.logs():
+                    raise
+                self.stop()
+            else:
+                return
 
     def stop(self) -> None:
         """SIGTERM to the server's pid (vLLM shuts its engine down), then nothing of its session may remain."""
