@@ -14,6 +14,7 @@ from __future__ import annotations
 import email.parser
 import json
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -29,12 +30,24 @@ ROOT = Path(__file__).resolve().parents[1]
 WHEEL = f"mmobs-{__version__}-py3-none-any.whl"
 
 
+#: What a build leaves in a source tree, and trees that are not the project's.
+NOT_THE_SOURCE = shutil.ignore_patterns(
+    ".git", ".tox", ".venv", "node_modules", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"
+)
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The sdist and the wheel, built from the checkout by ``python -m build`` into a folder of the test's."""
+    """The sdist and the wheel, built by ``python -m build`` from a copy of the checkout into a folder of the test's.
+
+    A copy: a build writes ``mmobs.egg-info`` and ``build/`` into its source tree, where tox's other
+    environments, running beside this one, build mmobs too.
+    """
+    source = tmp_path_factory.mktemp("source") / "mmobs"
+    shutil.copytree(ROOT, source, ignore=NOT_THE_SOURCE)
     out = tmp_path_factory.mktemp("dist")
     result = subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
+        [sys.executable, "-m", "build", "--outdir", str(out), str(source)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

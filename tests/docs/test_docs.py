@@ -84,6 +84,35 @@ def test_the_readme_names_every_tox_environment_and_each_selects_its_tests() -> 
         assert any(re.search(rf"-m \"?{marker}\b", commands) for commands in selections.values()), marker
 
 
+def test_each_environment_collects_where_its_files_are() -> None:
+    """The paths an environment's pytest collects hold every file tests/conftest.py gives that environment."""
+    import configparser
+
+    from tests.conftest import ENVIRONMENT_OF_FILE
+
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini", encoding="utf-8")
+    narrowed = []
+    for name in tox.sections():
+        found = re.search(r"-m (\w+) ((?:tests/\S+ )+)", tox[name].get("commands", ""))
+        if found is None:
+            continue
+        narrowed.append(name)
+        marker, paths = found[1], found[2].split()
+        assigned = [pattern for pattern, environment in ENVIRONMENT_OF_FILE.items() if environment == marker]
+        assert assigned and all(pattern.startswith(tuple(paths)) for pattern in assigned), (name, assigned, paths)
+        marked_elsewhere = [
+            path.relative_to(ROOT).as_posix()
+            for path in (ROOT / "tests").rglob("*.py")
+            if f"mark.{marker}" in path.read_text(encoding="utf-8")
+            and not path.relative_to(ROOT).as_posix().startswith(tuple(paths))
+        ]
+        assert marked_elsewhere == [], f"{name} does not collect {marked_elsewhere}"
+    assert len(narrowed) == 4, narrowed  # lint, dashboards, vllm-releases, pillow-range
+    # The core and the floors skip collecting tests/vllm/: every file there is another environment's.
+    assert ENVIRONMENT_OF_FILE.get("tests/vllm/*") == "vllm"
+
+
 def _expand(entry: str) -> list[str]:
     """``core-py3{11,12,13}`` as tox expands it."""
     found = re.fullmatch(r"(.*)\{([^}]*)\}(.*)", entry)

@@ -7,6 +7,7 @@ import contextlib
 import io
 import random
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,8 @@ class AppState:
         self.startup = 0
         self.shutdown = 0
         self.background_ran = False
+        #: When the background task began (``time.monotonic()``): after the response's last chunk.
+        self.background_started: float | None = None
         self.entered = 0
         self.release = asyncio.Event()
 
@@ -136,7 +139,8 @@ def build_routes(state: AppState) -> list[Any]:
 
     async def background(request: Request) -> Response:
         async def task() -> None:
-            await asyncio.sleep(0.3)
+            state.background_started = time.monotonic()
+            await asyncio.sleep(1.0)
             state.background_ran = True
 
         return PlainTextResponse("queued", background=BackgroundTask(task))
