@@ -134,7 +134,7 @@ FIRST_PROVEN: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class VllmModules:
-    """Where in vLLM the plugin's own hooks find what they replace (the feature subpackages name theirs).
+    """Where in vLLM every hook of the plugin finds what it replaces or reads.
 
     The same modules throughout the supported range, for the features each release carries.
     """
@@ -143,12 +143,23 @@ class VllmModules:
     image: str = "vllm.multimodal.image"
     media_image: str = "vllm.multimodal.media.image"
     connector: str = "vllm.multimodal.media.connector"
+    connections: str = "vllm.connections"
     cache_lru: str = "vllm.multimodal.cache.lru"
     cache_base: str = "vllm.multimodal.cache.base"
     cache_shm: str = "vllm.multimodal.cache.shm"
     renderers: str = "vllm.renderers.base"
     processor: str = "vllm.multimodal.processing.processor"
     inputs: str = "vllm.multimodal.processing.inputs"
+    # The engine's side and the OpenAI server's, for cache drift and the front end's stages.
+    engine: str = "vllm.v1.engine"
+    engine_client: str = "vllm.v1.engine.core_client"
+    input_processor: str = "vllm.v1.engine.input_processor"
+    output_processor: str = "vllm.v1.engine.output_processor"
+    async_llm: str = "vllm.v1.engine.async_llm"
+    chat_serving: str = "vllm.entrypoints.openai.chat_completion.serving"
+    base_serving: str = "vllm.entrypoints.generate.base.serving"
+    error_handlers: str = "vllm.entrypoints.serve.exception_handling.handlers.vllm_error"
+    exceptions: str = "vllm.exceptions"
 
 
 VLLM_MODULES = VllmModules()

@@ -34,6 +34,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from mmobs.releases import VLLM_MODULES
 from mmobs.vllm.cache_drift.cache_attempt import current_attempt, request_id_now
 from mmobs.vllm.cache_drift.cache_heal import (
     chat_completion,
@@ -52,15 +53,15 @@ HEAL_ENV = "MMOBS_VLLM_MM_CACHE_HEAL"
 #: The message of vLLM's own retryable error for a drift miss (``output_processor.py``, pooling routes).
 VLLM_DRIFT_MESSAGE = "Multi-modal processor cache miss."
 
-_LRU = "vllm.multimodal.cache.lru"
-_ENGINE = "vllm.v1.engine"
-_CLIENT = "vllm.v1.engine.core_client"
-_OUTPUTS = "vllm.v1.engine.output_processor"
-_ASYNC_LLM = "vllm.v1.engine.async_llm"
-_CHAT = "vllm.entrypoints.openai.chat_completion.serving"
-_SERVING = "vllm.entrypoints.generate.base.serving"
-_ERRORS = "vllm.entrypoints.serve.exception_handling.handlers.vllm_error"
-_EXCEPTIONS = "vllm.exceptions"
+_LRU = VLLM_MODULES.cache_lru
+_ENGINE = VLLM_MODULES.engine
+_CLIENT = VLLM_MODULES.engine_client
+_OUTPUTS = VLLM_MODULES.output_processor
+_ASYNC_LLM = VLLM_MODULES.async_llm
+_CHAT = VLLM_MODULES.chat_serving
+_SERVING = VLLM_MODULES.base_serving
+_ERRORS = VLLM_MODULES.error_handlers
+_EXCEPTIONS = VLLM_MODULES.exceptions
 
 
 def healing_enabled() -> bool:

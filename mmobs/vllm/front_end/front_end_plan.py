@@ -14,15 +14,16 @@ import contextlib
 import logging
 from typing import Any
 
+from mmobs.releases import VLLM_MODULES
 from mmobs.vllm.front_end import stages as front_end
 from mmobs.vllm.shape import Plan, attribute, function, module, registering, vllm_version
 from mmobs.vllm.startup_log import say
 
-_CONNECTOR = "vllm.multimodal.media.connector"
-_MEDIA_IMAGE = "vllm.multimodal.media.image"
-_CONNECTIONS = "vllm.connections"
-_PROCESSOR = "vllm.multimodal.processing.processor"
-_INPUT_PROCESSOR = "vllm.v1.engine.input_processor"
+_CONNECTOR = VLLM_MODULES.connector
+_MEDIA_IMAGE = VLLM_MODULES.media_image
+_CONNECTIONS = VLLM_MODULES.connections
+_PROCESSOR = VLLM_MODULES.processor
+_INPUT_PROCESSOR = VLLM_MODULES.input_processor
 
 
 def front_end_plan() -> Plan:
