@@ -32,7 +32,7 @@ from mmobs import ImageMediaIO, UnsupportedTypeWarning, key_for_bytes
 from mmobs.errors import BadImageError
 from mmobs.events import RecordingObserver, observing
 from mmobs.keys.hashing import MultiModalHasher
-from mmobs.releases import NEWEST, RELEASES, key_format
+from mmobs.releases import RELEASES, key_format, keyed_as
 from tests.support import golden
 from tests.support.vllm_releases import (
     releases_under_test,
@@ -114,11 +114,6 @@ def _report(reports: ReleaseReports, version: str) -> dict[str, Any]:
     return found
 
 
-def _keyed_as(version: str) -> str:
-    """The release mmobs keys as for ``version``: itself if known, else the newest (a new release's first check)."""
-    return version if version.partition("+")[0] in RELEASES else NEWEST
-
-
 def _hash_for(version: str, algorithm: str, kwargs: dict[str, Any]) -> str:
     """``MultiModalHasher.for_vllm(version).hash_kwargs``, called as that release's hasher is called."""
     hasher = MultiModalHasher.for_vllm(version)
@@ -132,7 +127,7 @@ def _hash_for(version: str, algorithm: str, kwargs: dict[str, Any]) -> str:
 @pytest.mark.parametrize("version", RELEASES_UNDER_TEST)
 def test_golden_cases_key_as_the_release(reports: ReleaseReports, version: str) -> None:
     report = _report(reports, version)
-    version = _keyed_as(version)
+    version = keyed_as(version)
     tolerant = key_format(version).tolerant_image_id
     compared, pickled, raised = 0, [], []
     for case in golden.cases():
@@ -180,7 +175,7 @@ _REFUSED_BY_MMOBS_ONLY = [
 @pytest.mark.parametrize("version", RELEASES_UNDER_TEST)
 def test_image_files_key_as_the_release(reports: ReleaseReports, image_files: dict[str, Path], version: str) -> None:
     report = _report(reports, version)
-    version = _keyed_as(version)
+    version = keyed_as(version)
     counts = {"equal": 0, "fallback": 0, "refused_by_both": 0}
     differences: list[str] = []
     for name, by_mode in report["files"].items():
@@ -237,8 +232,8 @@ def _pixel_keys_agree(version: str, data: bytes, image_mode: str | None, theirs:
 @pytest.mark.parametrize("version", RELEASES_UNDER_TEST)
 def test_the_release_is_known(version: str) -> None:
     assert version.partition("+")[0] in RELEASES, (
-        f"mmobs.releases does not know vLLM {version}: the tests above held it to the newest release's "
-        f"format ({key_format(NEWEST).name}); where they pass, add it to RELEASES with that format"
+        f"mmobs.releases does not know vLLM {version}: the tests above held it to vLLM {keyed_as(version)}'s "
+        f"format ({key_format(keyed_as(version)).name}); where they pass, add it to RELEASES with that format"
     )
 
 
@@ -250,18 +245,18 @@ def test_mmobs_hash_keys_as_the_release(reports: ReleaseReports, image_files: di
     expected = [_image_alone_key(version, report["files"][name]["RGB"]) for name in names]
     for no_decode in ([], ["--no-decode"]):
         done = subprocess.run(
-            [sys.executable, "-m", "mmobs.cli", "hash", "--json", "--vllm-version", _keyed_as(version), *no_decode,
+            [sys.executable, "-m", "mmobs.cli", "hash", "--json", "--vllm-version", keyed_as(version), *no_decode,
              *(str(image_files[name]) for name in names)],
             capture_output=True, text=True, timeout=120, check=True,
         )  # fmt: skip
         lines = [json.loads(line) for line in done.stdout.splitlines()]
         assert [line["mm_hash"] for line in lines] == expected, no_decode
-        assert {line["vllm_version"] for line in lines} == {_keyed_as(version)}
+        assert {line["vllm_version"] for line in lines} == {keyed_as(version)}
 
 
 def _image_alone_key(version: str, theirs: dict[str, Any]) -> str:
     """The release's key of a loaded file alone; where its hasher raised, the key the upstream fix gives."""
     if "raised" in theirs["image_alone"]:
-        assert not key_format(_keyed_as(version)).tolerant_image_id, theirs
+        assert not key_format(keyed_as(version)).tolerant_image_id, theirs
         return str(theirs["image_alone_without_image_id"])
     return str(theirs["image_alone"]["key"])
