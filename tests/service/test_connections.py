@@ -99,7 +99,10 @@ def test_healthz_and_hashing_answer_during_a_slow_body_flood(service: ServicePro
     try:
         for sock in slow[:50]:  # some keep dripping: a byte now and then never resets the deadline
             sock.sendall(b"A")
-        assert max(probe(service, 10)) < DEADLINE / 2
+        # Answered while the slow bodies are held, not when they expire: a starved probe waits DEADLINE (one probe
+        # on a loaded machine may take a second; their median stays far below).
+        latencies = sorted(probe(service, 10))
+        assert latencies[-1] < DEADLINE and latencies[len(latencies) // 2] < DEADLINE / 4, latencies
         response = httpx.post(
             service.url + "/v1/hash", json={"images": [data_url(golden.input_bytes("photo.jpg"))]}, timeout=10
         )
