@@ -129,6 +129,7 @@ FIRST_PROVEN: dict[str, str] = {
     "cache_drift": "0.32.0",
     "uuid_checks": "0.32.0",
     "front_end": "0.32.0",
+    "engine_items": "0.32.0",
 }
 
 
@@ -152,7 +153,9 @@ class VllmModules:
     inputs: str = "vllm.multimodal.processing.inputs"
     # The engine's side and the OpenAI server's, for cache drift and the front end's stages.
     engine: str = "vllm.v1.engine"
+    engine_core: str = "vllm.v1.engine.core"
     engine_client: str = "vllm.v1.engine.core_client"
+    mm_inputs: str = "vllm.multimodal.inputs"
     input_processor: str = "vllm.v1.engine.input_processor"
     output_processor: str = "vllm.v1.engine.output_processor"
     async_llm: str = "vllm.v1.engine.async_llm"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from mmobs.events import RecordingObserver, observing
+from tests.support import free_port
 from tests.support.otlp_receiver import OTLP_TEST_ENV, OtlpReceiver, otlp_proto_available
 from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, write_json_logging_config
@@ -186,7 +187,13 @@ def vllm_server(context: ServerContext) -> VllmServer:
                 *tracing,
             ],
             # The fallback counters' exemplars (their trace ids) reach Prometheus's OpenMetrics scrapes.
-            env={"MMOBS_VLLM_GUARD": "1", "MMOBS_VLLM_OPENMETRICS": "1", **(OTLP_TEST_ENV if otlp is not None else {})},
+            env={
+                "MMOBS_VLLM_GUARD": "1",
+                "MMOBS_VLLM_OPENMETRICS": "1",
+                # The engine core's series, which vLLM's /metrics does not read (tests/vllm/test_vllm_rust_front_end.py).
+                "MMOBS_METRICS_PORT": str(free_port()),
+                **(OTLP_TEST_ENV if otlp is not None else {}),
+            },
         )
     except BaseException:
         if otlp is not None:

@@ -131,6 +131,20 @@ VLLM_FRONT_END_METRICS: frozenset[str] = frozenset(
     }
 )
 
+# -- mmobs inside vLLM's engine core, either front end (mmobs/vllm/engine_items/item_metrics.py) -----------
+#: The front end that serves (python or rust), the items the engine core received by how their identifier
+#: was made, the items re-sent with their tensors (and those bytes), and the index that tells them.
+VLLM_FRONT_END_INFO = "mmobs_vllm_front_end_info"
+VLLM_ENGINE_ITEMS = "mmobs_vllm_engine_mm_items_total"
+VLLM_ENGINE_RESENT_ITEMS = "mmobs_vllm_engine_mm_resent_items_total"
+VLLM_ENGINE_RESENT_BYTES = "mmobs_vllm_engine_mm_resent_bytes_total"
+VLLM_ENGINE_INDEX_ENTRIES = "mmobs_vllm_engine_mm_index_entries"
+
+VLLM_ENGINE_ITEM_METRICS: frozenset[str] = frozenset(
+    {VLLM_FRONT_END_INFO, VLLM_ENGINE_ITEMS, VLLM_ENGINE_RESENT_ITEMS, VLLM_ENGINE_RESENT_BYTES,
+     VLLM_ENGINE_INDEX_ENTRIES}
+)  # fmt: skip
+
 #: The metric the job/instance variables read their values from. Its children
 #: are created up front, so it exists from the first scrape of any mmobs process.
 VARIABLE_METRIC = MEDIA_KEYS

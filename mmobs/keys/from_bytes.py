@@ -81,6 +81,7 @@ from mmobs.events import KeyPath, KeyPathChosen, get_observer
 from mmobs.keys.guard.png import png_chunks
 from mmobs.keys.hashing import ALGORITHMS, hash_in_format, new_digest
 from mmobs.keys.loader import ImageMediaIO, has_transparency
+from mmobs.keys.raw_bytes import FrontEnd, check_front_end, raw_bytes_key
 from mmobs.keys.refusals import reporting_refusals
 from mmobs.keys.writer import EncodedImage
 
@@ -114,6 +115,7 @@ def key_for_bytes(
     *,
     verify: Verify = "header",
     vllm_version: str | None = None,
+    front_end: FrontEnd = "python",
     **other_kwargs: object,
 ) -> str:
     """vLLM's key for an image given as bytes, decoding no pixel where the header decides.
@@ -126,13 +128,31 @@ def key_for_bytes(
     module docstring for the cases that are decoded anyway. Use :func:`key_image`
     for other limits, or to know which path keyed the image. ``vllm_version``
     keys as that release does (its format, its loader's ``io_config``: see
-    :mod:`mmobs.releases`); the default is the newest.
+    :mod:`mmobs.releases`); the default is the newest. ``front_end="rust"`` gives the
+    identifier vLLM's Rust front end gives the same bytes (:mod:`mmobs.keys.raw_bytes`),
+    after the same checks.
 
     Raises :class:`~mmobs.errors.BadImageError` for a refused image and
     :class:`~mmobs.errors.InvalidOptionError` (a ``ValueError``) for a bad option.
     """
+    if check_front_end(front_end, algorithm, other_kwargs) == "rust":
+        return _checked_raw_bytes_key(_loader(image_mode, rgba_background_color, vllm_version), data, verify)
     io = _loader(image_mode, rgba_background_color, vllm_version)
     return key_image(io, data, algorithm, verify=verify, **other_kwargs).key
+
+
+def _checked_raw_bytes_key(io: ImageMediaIO, data: bytes | bytearray | memoryview, verify: Verify) -> str:
+    """The Rust front end's key, for bytes the loader's header checks (and decode, if asked) accept."""
+    if verify not in VERIFY_MODES:
+        raise InvalidOptionError("verify", f"verify must be one of {', '.join(VERIFY_MODES)}, not {verify!r}")
+    data = bytes(data)
+    with reporting_refusals:
+        opened = io.open_header(data)
+    if verify == "decode":
+        io.decode(opened, data)
+    del opened
+    get_observer().key_path(KeyPathChosen("decode" if verify == "decode" else "header"))
+    return raw_bytes_key(data)
 
 
 def key_image(

@@ -37,6 +37,7 @@ from PIL import Image
 from mmobs.events import observing
 from mmobs.keys.hashing import MultiModalHasher, ReleaseHasher
 from mmobs.keys.loader import ImageMediaIO
+from mmobs.keys.raw_bytes import FrontEnd, check_front_end, raw_bytes_key
 from mmobs.keys.writer import IMAGE_ID_TAG
 from mmobs.releases import key_format
 
@@ -86,20 +87,22 @@ def _pixels_input(name: str, vllm_version: str | None) -> dict[str, Any]:
     return {"image": getattr(loaded, "media", loaded)}
 
 
+_REFERENCE_FILES = (
+    "bad-exif-header.jpg",
+    "short-ifd.jpg",
+    "bad-exif-chunk.png",
+    "orientation-6.jpg",
+    "palette.png",
+    "gray16.png",
+    "rgba.png",
+    "cmyk.jpg",
+)
+
+
 def _reference_inputs(vllm_version: str | None) -> dict[str, Callable[[], dict[str, Any]]]:
     """Name -> a builder of fresh ``hash_kwargs`` arguments (images are stateful)."""
-    files = (
-        "bad-exif-header.jpg",
-        "short-ifd.jpg",
-        "bad-exif-chunk.png",
-        "orientation-6.jpg",
-        "palette.png",
-        "gray16.png",
-        "rgba.png",
-        "cmyk.jpg",
-    )
     inputs: dict[str, Callable[[], dict[str, Any]]] = {}
-    for name in files:
+    for name in _REFERENCE_FILES:
         inputs[f"open:{name}"] = partial(_opened_input, name)
         inputs[f"media:{name}"] = partial(_loaded_input, name, vllm_version)
         inputs[f"pixels:{name}"] = partial(_pixels_input, name, vllm_version)
@@ -125,12 +128,18 @@ def _hasher(vllm_version: str | None) -> Callable[..., str]:
     return hasher.hash_kwargs  # 0.25 and 0.26 read the algorithm from the environment (blake3 by default)
 
 
-def compute_fingerprint(vllm_version: str | None = None) -> Fingerprint:
+def compute_fingerprint(vllm_version: str | None = None, front_end: FrontEnd = "python") -> Fingerprint:
     """Hash every reference input (reporting nothing) in release ``vllm_version``'s format; digest the keys.
 
-    Raises :class:`~mmobs.errors.InvalidOptionError` for a release mmobs does not know.
+    ``front_end="rust"``: the reference files keyed as vLLM's Rust front end keys them
+    (:mod:`mmobs.keys.raw_bytes`), in the key format named ``rust``, so that a fleet mixing front ends
+    shows two fingerprints. Raises :class:`~mmobs.errors.InvalidOptionError` for a release mmobs does
+    not know, or a front end vLLM does not have.
     """
     fmt = key_format(vllm_version)
+    if check_front_end(front_end, "blake3", {}) == "rust":
+        raw = {f"bytes:{name}": raw_bytes_key(_reference_bytes(name)) for name in _REFERENCE_FILES}
+        return Fingerprint(_summary("rust", raw), raw, "rust")
     hash_kwargs = _hasher(vllm_version)
     keys: dict[str, str] = {}
     # Reference inputs are malformed on purpose; Pillow's "Corrupt EXIF data"
@@ -142,26 +151,33 @@ def compute_fingerprint(vllm_version: str | None = None) -> Fingerprint:
                 keys[name] = hash_kwargs(**build())
             except Exception as error:  # noqa: BLE001 - a failure is itself a difference
                 keys[name] = f"error:{type(error).__name__}"
+    return Fingerprint(_summary(fmt.name, keys), keys, fmt.name)
+
+
+def _summary(format_name: str, keys: dict[str, str]) -> str:
     # The format's name is digested too: releases whose formats key the reference images alike (0.27 and
     # 0.30 differ on video tensors, 0.31 and 0.33 on transparent RGB images) still key other media apart.
-    summary = blake3(f"key_format={fmt.name}\n".encode())
+    summary = blake3(f"key_format={format_name}\n".encode())
     for name in sorted(keys):
         summary.update(f"{name}={keys[name]}\n".encode())
-    return Fingerprint(summary.hexdigest()[:FINGERPRINT_HEX_CHARS], keys, fmt.name)
+    return summary.hexdigest()[:FINGERPRINT_HEX_CHARS]
 
 
 _keying_release: str | None = None
+_keying_front_end: FrontEnd = "python"
 
 
-def key_with_release(vllm_version: str | None) -> None:
-    """Say that this process keys in release ``vllm_version``'s format (``None``: the newest).
+def key_with_release(vllm_version: str | None, front_end: FrontEnd = "python") -> None:
+    """Say that this process keys in release ``vllm_version``'s format (``None``: the newest), as ``front_end`` does.
 
     Called once, at start-up, before the first hash: by ``mmobs serve --vllm-version`` and by the vLLM
-    plugin inside a vLLM whose format is not the newest. The process's fingerprint follows it. Raises
-    :class:`~mmobs.errors.InvalidOptionError` for a release mmobs does not know.
+    plugin inside a vLLM whose format is not the newest, or whose front end is the Rust one. The
+    process's fingerprint follows it. Raises :class:`~mmobs.errors.InvalidOptionError` for a release
+    mmobs does not know, or a front end vLLM does not have.
     """
-    global _keying_release
+    global _keying_release, _keying_front_end
     key_format(vllm_version)
+    _keying_front_end = check_front_end(front_end, "blake3", {})
     _keying_release = vllm_version
 
 
@@ -172,9 +188,9 @@ def keying_release() -> str | None:
 
 def process_fingerprint() -> Fingerprint:
     """The fingerprint of this process, in the format it keys in; computed once per format."""
-    return _fingerprint_of(_keying_release)
+    return _fingerprint_of(_keying_release, _keying_front_end)
 
 
 @cache
-def _fingerprint_of(vllm_version: str | None) -> Fingerprint:
-    return compute_fingerprint(vllm_version)
+def _fingerprint_of(vllm_version: str | None, front_end: FrontEnd) -> Fingerprint:
+    return compute_fingerprint(vllm_version, front_end)

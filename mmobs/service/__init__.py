@@ -15,7 +15,7 @@ decoded in worker processes (:mod:`~mmobs.service.decode_pool`,
 reporting back through :mod:`~mmobs.service.relay`; their answers read by
 :mod:`~mmobs.service.decode_outcome`). Errors are answered by
 :mod:`~mmobs.service.error_responses`. :mod:`~mmobs.service.http_guard`
-protects uvicorn from idle and slow clients; :mod:`~mmobs.service.metrics_server`
+protects uvicorn from idle and slow clients; :mod:`~mmobs.asgi.metrics_server`
 serves ``/metrics`` on a port of its own. A sibling of :mod:`mmobs.vllm`:
 neither imports the other.
 """

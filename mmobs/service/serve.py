@@ -66,7 +66,7 @@ def _start_metrics_server(options: ServeOptions, config: ServiceConfig) -> None:
     """Serve the metrics on their own port (a listener only Prometheus can reach), with the same token."""
     if not options.metrics_port:
         return
-    from mmobs.service.metrics_server import start_metrics_server
+    from mmobs.asgi.metrics_server import start_metrics_server
 
     # In multiprocess mode every scrape re-reads every worker's files.
     start_metrics_server(options.metrics_port, options.host, config.metrics_token)

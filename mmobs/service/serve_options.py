@@ -49,7 +49,7 @@ class ServeOptions:
     vllm_version: str
     metrics_path: str
     no_metrics: bool
-    #: The metrics on a listener of their own (:mod:`mmobs.service.metrics_server`) instead of ``metrics_path``.
+    #: The metrics on a listener of their own (:mod:`mmobs.asgi.metrics_server`) instead of ``metrics_path``.
     metrics_port: int | None
     metrics_token: str | None
     #: Hosts remote image URLs may come from.

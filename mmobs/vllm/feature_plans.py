@@ -22,11 +22,12 @@ from mmobs.releases import VLLM_MODULES as VLLM
 from mmobs.vllm import loader_hooks
 from mmobs.vllm.context_hooks import context_make_async, context_submit, not_traffic
 from mmobs.vllm.decode_free_hits.decode_skip import DecodeSkipper
+from mmobs.vllm.front_ends import running_front_end
 from mmobs.vllm.keys import key_hooks
 from mmobs.vllm.planning import Hook, Planning
 from mmobs.vllm.probes import pixels, probe_decodes, probe_images, same_results
 from mmobs.vllm.shape import ShapeMismatch, attribute, function, module, registering, vllm_version
-from mmobs.vllm.startup_log import say
+from mmobs.vllm.startup_log import say, whole_number_env
 from mmobs.vllm.switches import EXIF_FIX_ENV, FAST_KEYS_ENV, GUARD_ENV, enabled
 
 
@@ -192,3 +193,23 @@ def front_end_plan(planning: Planning) -> list[Hook]:
     from mmobs.vllm.front_end import front_end_plan as plan_apart
 
     return Hook.from_plan(plan_apart.front_end_plan())
+
+
+def engine_items_plan(planning: Planning) -> list[Hook]:
+    """Each request's multimodal items counted where the engine core first sees them (:mod:`mmobs.vllm.engine_items`).
+
+    Planned in the engine core only, for either front end: ``EngineCore.preprocess_add_request`` is where
+    the Python API server's requests and the Rust front end's alike arrive.
+    """
+    from mmobs.vllm.engine_items import item_counter
+
+    core = attribute(module(VLLM.engine_core), "EngineCore")
+    original = function(core, "preprocess_add_request", parameters=2)
+    spec = attribute(module(VLLM.mm_inputs), "MultiModalFeatureSpec")
+    fields = {field.name for field in dataclasses.fields(spec)}
+    if not {"data", "modality", "identifier", "mm_position"} <= fields:
+        raise ShapeMismatch(f"MultiModalFeatureSpec has no data/modality/identifier/mm_position ({sorted(fields)})")
+    capacity = whole_number_env(item_counter.INDEX_ENTRIES_ENV, item_counter.DEFAULT_INDEX_ENTRIES)
+    counter = item_counter.ItemCounter(running_front_end(), capacity)
+    item_counter.current = counter
+    return [Hook(core, "preprocess_add_request", item_counter.preprocess_add_request(original, counter))]

@@ -75,4 +75,11 @@ FEATURES: tuple[Feature, ...] = (
         shown_as="front-end stages",
         state=_front_end_state,
     ),
+    Feature(
+        "engine_items",
+        "the engine's multimodal item counts",
+        feature_plans.engine_items_plan,
+        processes="engine core",
+        shown_as="engine items",
+    ),
 )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from mmobs.releases import FIRST_PROVEN, unproven
+from mmobs.vllm.front_ends import FrontEnd, Role
 from mmobs.vllm.shape import Plan, ShapeMismatch
 from mmobs.vllm.startup_log import say
 
@@ -26,8 +27,10 @@ if TYPE_CHECKING:
     from mmobs.vllm.decode_free_hits.decode_skip import DecodeSkipper
 
 
-#: The vLLM processes a feature applies to: all of them, or the API server only (media, hashing, metrics).
-Processes = Literal["every process", "API server"]
+#: The vLLM processes a feature applies to: all of them, the API server only (media, hashing, metrics), or the
+#: engine core only (what a request's items arrive as). With the Rust front end only the engine core's apply:
+#: ``vllm-rs`` runs the API server's path in Rust (:mod:`mmobs.vllm.front_ends`).
+Processes = Literal["every process", "API server", "engine core"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +125,13 @@ class Feature:
         """The first vLLM release a test proves the feature on (:data:`mmobs.releases.FIRST_PROVEN`)."""
         return FIRST_PROVEN[self.name]
 
-    def applies_in(self, api_server: bool) -> bool:
-        """Whether the feature is planned in this process (the API server, or another of vLLM's)."""
-        return self.processes == "every process" or api_server
+    def applies_in(self, role: Role, front_end: FrontEnd = "python") -> bool:
+        """Whether the feature is planned in a process of this role, under this front end."""
+        if self.processes == "engine core":
+            return role == "engine core"
+        if front_end == "rust":
+            return False
+        return self.processes == "every process" or role == "API server"
 
     def switched_off(self) -> bool:
         """Whether the operator turned the feature off (its :attr:`off_switch` is ``0``)."""
@@ -132,22 +139,30 @@ class Feature:
 
 
 def plan_features(
-    features: Sequence[Feature], planning: Planning, *, api_server: bool, vllm_version: str
+    features: Sequence[Feature],
+    planning: Planning,
+    *,
+    role: Role,
+    vllm_version: str,
+    front_end: FrontEnd = "python",
 ) -> dict[str, tuple[Hook, ...]]:
     """Each feature's hooks, in order; none for one that declined (said once) or does not apply.
 
     An essential feature's decline raises :class:`~mmobs.vllm.shape.ShapeMismatch` (or what its plan raised),
     for the plugin to decline whole.
     """
-    planned = {feature.name: tuple(_plan(feature, planning, api_server, vllm_version)) for feature in features}
+    planned = {
+        feature.name: tuple(_plan(feature, planning, vllm_version) if feature.applies_in(role, front_end) else ())
+        for feature in features
+    }
     for feature in features:
         if feature.needs is not None and not planned[feature.needs]:
             planned[feature.name] = ()
     return planned
 
 
-def _plan(feature: Feature, planning: Planning, api_server: bool, vllm_version: str) -> list[Hook]:
-    if not feature.applies_in(api_server) or feature.switched_off():
+def _plan(feature: Feature, planning: Planning, vllm_version: str) -> list[Hook]:
+    if feature.switched_off():
         return []
     why = unproven(feature.name, vllm_version)
     if why is not None:

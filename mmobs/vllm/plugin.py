@@ -56,14 +56,18 @@ import threading
 
 from mmobs.errors import InvalidOptionError
 from mmobs.observability.fingerprint import key_with_release
+from mmobs.observability.instrument import metrics_for, set_hasher_info
 from mmobs.observability.stdlib_events import log_events_to_stdlib
-from mmobs.releases import keyed_as, standing
+from mmobs.releases import keyed_as
 from mmobs.vllm.decode_free_hits import decode_skip
 from mmobs.vllm.features import FEATURES
-from mmobs.vllm.planning import Applied, Hook, Planning, plan_features
+from mmobs.vllm.front_ends import FrontEnd, process_role, running_front_end
+from mmobs.vllm.metrics_port.port import serve_metrics_port
+from mmobs.vllm.planning import Applied, Planning, plan_features
 from mmobs.vllm.shape import ShapeMismatch, vllm_version
+from mmobs.vllm.startup_line import startup_line
 from mmobs.vllm.startup_log import LOGGER, say
-from mmobs.vllm.switches import FAST_KEYS_ENV, GUARD_ENV, PLUGIN_ENV, enabled
+from mmobs.vllm.switches import PLUGIN_ENV
 
 _lock = threading.Lock()
 _applied: list[Applied] = []
@@ -83,11 +87,11 @@ def register() -> None:
     with _lock:
         if _applied or _declined:
             return
-        from mmobs.vllm.cache_drift.cache_hooks import api_server_process
-
+        front_end = running_front_end()
+        role = process_role(front_end)
         planning = Planning()
         try:  # every feature planned (looked up, probed) before anything is replaced
-            planned = plan_features(FEATURES, planning, api_server=api_server_process(), vllm_version=vllm_version())
+            planned = plan_features(FEATURES, planning, role=role, front_end=front_end, vllm_version=vllm_version())
         except ShapeMismatch as error:
             _declined = True
             say(
@@ -110,41 +114,27 @@ def register() -> None:
             return
         _applied.extend(hook.apply() for hooks in planned.values() for hook in hooks)
         decode_skip.activate(planning.skipper if planned["decode_free_hits"] else None)
-        _fingerprint_in_the_running_release()
+        _fingerprint_in_the_running_release(front_end)
+        if front_end == "rust" and planned["engine_items"]:
+            # No hash runs in Python to set it on first use: the engine core says how this server keys.
+            set_hasher_info(metrics_for())
         # One log stream: mmobs's events become records of vLLM's logger tree (while structlog is unconfigured).
         log_events_to_stdlib(LOGGER.name)
-        say(logging.INFO, "%s", _startup_line(planned, api_server_process()))
+        served = serve_metrics_port(hooked=bool(_applied), read_by_vllm=role == "API server")
+        say(logging.INFO, "%s", startup_line(planned, role, front_end, served))
 
 
-def _fingerprint_in_the_running_release() -> None:
-    """The process keys as the running vLLM keys: its fingerprint is in that release's key format.
+def _fingerprint_in_the_running_release(front_end: FrontEnd) -> None:
+    """The process keys as the running vLLM keys: its fingerprint is in that release's key format, or the Rust
+    front end's.
 
     A release :mod:`mmobs.releases` does not list is held to the newest one listed at or below it
     (:func:`~mmobs.releases.keyed_as`), a source build to the newest.
     """
     try:
-        key_with_release(keyed_as(vllm_version()))
+        key_with_release(keyed_as(vllm_version()), front_end)
     except InvalidOptionError:  # older than the oldest supported: the hasher's hooks declined before this
-        key_with_release(None)
-
-
-def _startup_line(planned: dict[str, tuple[Hook, ...]], api_server: bool) -> str:
-    """What the plugin hooked in this process, where its vLLM stands, and which switches are on: one line."""
-    hooked = sorted({hook.where for hooks in planned.values() for hook in hooks})
-    switches = [
-        f"guard {'on' if enabled(GUARD_ENV) else 'off'}",
-        f"fast keys {'on' if enabled(FAST_KEYS_ENV) else 'off'}",
-    ]
-    switches += [
-        f"{feature.shown_as} {feature.state(planned[feature.name])}"
-        for feature in FEATURES
-        if feature.shown_as is not None and feature.applies_in(api_server)
-    ]
-    where = "API server" if api_server else "engine process"
-    return (
-        f"mmobs ({where}): counting vLLM {vllm_version()}'s multimodal fallbacks ({standing(vllm_version())}); "
-        f"{len(hooked)} attributes wrapped ({', '.join(hooked)}); {', '.join(switches)}"
-    )
+        key_with_release(None, front_end)
 
 
 def unregister() -> None:

@@ -20,6 +20,7 @@ import yaml
 from mmobs.observability.metrics import METRIC_NAMES as HASHER_HTTP_NAMES
 from mmobs.vllm.cache_drift.cache_metrics import METRIC_NAMES as CACHE_DRIFT_NAMES
 from mmobs.vllm.decode_free_hits.decode_metrics import METRIC_NAMES as DECODE_SKIP_NAMES
+from mmobs.vllm.engine_items.item_metrics import METRIC_NAMES as ENGINE_ITEM_NAMES
 from mmobs.vllm.front_end.front_end_metrics import METRIC_NAMES as FRONT_END_NAMES
 from mmobs.vllm.uuid_checks.uuid_metrics import METRIC_NAMES as UUID_CHECK_NAMES
 from tests.support import require_binary
@@ -48,7 +49,9 @@ VLLM_METRICS = frozenset(
     {"vllm:mm_cache_queries_total", "vllm:mm_cache_hits_total", "vllm:time_to_first_token_seconds"}
 )
 #: mmobs's metrics: the hasher's and the middleware's, and the vLLM plugin's.
-METRIC_NAMES = HASHER_HTTP_NAMES | CACHE_DRIFT_NAMES | DECODE_SKIP_NAMES | UUID_CHECK_NAMES | FRONT_END_NAMES
+METRIC_NAMES = (
+    HASHER_HTTP_NAMES | CACHE_DRIFT_NAMES | DECODE_SKIP_NAMES | UUID_CHECK_NAMES | FRONT_END_NAMES | ENGINE_ITEM_NAMES
+)
 RUNBOOK_URL = "https://github.com/mmobs/mmobs/blob/main/docs/runbooks/{}.md"
 SEVERITIES = frozenset({"critical", "warning", "info"})
 RATE_INTERVAL = "$__rate_interval"

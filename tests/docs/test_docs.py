@@ -21,6 +21,8 @@ from mmobs.vllm.cache_drift.cache_metrics import CACHE_DRIFT_METRICS
 from mmobs.vllm.cache_drift.cache_metrics import METRIC_NAMES as VLLM_CACHE_METRIC_NAMES
 from mmobs.vllm.decode_free_hits.decode_metrics import DECODE_SKIP_METRICS
 from mmobs.vllm.decode_free_hits.decode_metrics import METRIC_NAMES as VLLM_DECODE_METRIC_NAMES
+from mmobs.vllm.engine_items.item_metrics import ENGINE_ITEM_METRICS
+from mmobs.vllm.engine_items.item_metrics import METRIC_NAMES as ENGINE_ITEM_METRIC_NAMES
 from mmobs.vllm.front_end.front_end_metrics import FRONT_END_METRICS
 from mmobs.vllm.front_end.front_end_metrics import METRIC_NAMES as VLLM_FRONT_END_METRIC_NAMES
 from mmobs.vllm.uuid_checks.uuid_metrics import METRIC_NAMES as VLLM_UUID_METRIC_NAMES
@@ -146,6 +148,7 @@ def test_the_readme_names_every_metric() -> None:
         | set(VLLM_DECODE_METRIC_NAMES)
         | set(VLLM_UUID_METRIC_NAMES)
         | set(VLLM_FRONT_END_METRIC_NAMES)
+        | set(ENGINE_ITEM_METRIC_NAMES)
     )
     assert listed == declared, f"README lacks {sorted(declared - listed)}, names unknown {sorted(listed - declared)}"
 
@@ -175,6 +178,13 @@ def test_the_vllm_page_gives_every_front_end_series_with_its_labels_and_help() -
     rows = re.findall(r"^\| `(mmobs_vllm_[a-z0-9_]+)(?:\{([a-z_, ]*)\})?` \| (.+) \|$", text, flags=re.MULTILINE)
     documented = [(name, tuple(filter(None, labels.split(", "))), meaning) for name, labels, meaning in rows]
     assert documented == [(spec.name, spec.labels, spec.documentation) for spec in FRONT_END_METRICS]
+
+
+def test_the_vllm_page_gives_every_engine_item_series_with_its_labels_and_help() -> None:
+    text = section((DOCS / "vllm.md").read_text(encoding="utf-8"), "## The Rust front end")
+    rows = re.findall(r"^\| `(mmobs_vllm_[a-z0-9_]+)(?:\{([a-z_, ]*)\})?` \| (.+) \|$", text, flags=re.MULTILINE)
+    documented = [(name, tuple(filter(None, labels.split(", "))), meaning) for name, labels, meaning in rows]
+    assert documented == [(spec.name, spec.labels, spec.documentation) for spec in ENGINE_ITEM_METRICS]
 
 
 def test_the_library_page_gives_every_metric_with_its_labels() -> None:
@@ -207,7 +217,9 @@ def test_the_release_table_of_the_vllm_page_is_what_the_plugin_reads() -> None:
     text = section((DOCS / "vllm.md").read_text(encoding="utf-8"), "## Versions")
     rows = [line.strip("|").split("|") for line in text.splitlines() if re.match(r"\| 0\.\d+\.\d+ \|", line)]
     table = {cells[0].strip(): [cell.strip() for cell in cells[1:]] for cells in rows}
-    features = ["keys", "loader", "context", "decode_free_hits", "cache_drift", "uuid_checks", "front_end"]
+    features = [
+        "keys", "loader", "context", "decode_free_hits", "cache_drift", "uuid_checks", "front_end", "engine_items",
+    ]  # fmt: skip
     expected = {
         version: [
             key_format(version).name,

@@ -190,12 +190,20 @@ class VllmServer(ManagedProcess):
 
     def samples(self, prefix: str = "mmobs_") -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """Every sample whose name starts with ``prefix``, keyed by (name, sorted labels); no ``_created``."""
-        found: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-        for family in text_string_to_metric_families(self.metrics_text()):
-            for sample in family.samples:
-                if sample.name.startswith(prefix) and not sample.name.endswith("_created"):
-                    found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-        return found
+        return parse_samples(self.metrics_text(), prefix)
+
+    def port_samples(self, prefix: str = "mmobs_") -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """:meth:`samples`, from the ``MMOBS_METRICS_PORT`` the server was started with."""
+        response = httpx.get(f"http://127.0.0.1:{self.extra_env['MMOBS_METRICS_PORT']}/metrics", timeout=10)
+        response.raise_for_status()
+        return parse_samples(response.text, prefix)
+
+    def engine_items(self) -> list[dict[str, Any]]:
+        """The multimodal items the engine core received last (``/debug/mm-items`` on the metrics port)."""
+        port = self.extra_env["MMOBS_METRICS_PORT"]
+        response = httpx.get(f"http://127.0.0.1:{port}/debug/mm-items", timeout=10)
+        response.raise_for_status()
+        return list(response.json())
 
     def api_server_pids(self) -> list[int]:
         """The API server processes: the one started, or its children named so with ``--api-server-count``."""
@@ -262,6 +270,29 @@ def _names(process: Any) -> list[str]:
         return [process.name(), *process.cmdline()]
     except Exception:  # the process may be gone
         return []
+
+
+def parse_samples(text: str, prefix: str = "mmobs_") -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of an exposition whose name starts with ``prefix``, keyed by (name, sorted labels); no ``_created``."""
+    found: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith(prefix) and not sample.name.endswith("_created"):
+                found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def require_rust_front_end(venv: Path) -> Path:
+    """vLLM's Rust front end (``vllm-rs``) beside the server environment, or skip (fail under
+    ``MMOBS_REQUIRE_VLLM_RUST_FRONT_END=1``, as in CI). ``.ci/install-vllm-server`` takes it from the vllm
+    0.33.0 wheel; ``MMOBS_VLLM_RUST_FRONT_END`` names another."""
+    binary = Path(os.environ.get("MMOBS_VLLM_RUST_FRONT_END", venv.parent / "vllm-rs-0.33.0" / "vllm-rs"))
+    if not os.access(binary, os.X_OK):
+        message = f"no vllm-rs binary at {binary} (.ci/install-vllm-server takes it from the vllm 0.33.0 wheel)"
+        if os.environ.get("MMOBS_REQUIRE_VLLM_RUST_FRONT_END") == "1":
+            pytest.fail(f"{message}, and MMOBS_REQUIRE_VLLM_RUST_FRONT_END=1 forbids skipping")
+        pytest.skip(message)
+    return binary
 
 
 def delta(

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 
 from mmobs.releases import FIRST_PROVEN, NEWEST, OLDEST
-from mmobs.vllm import plugin
+from mmobs.vllm import startup_line
 from mmobs.vllm.features import FEATURES
 from mmobs.vllm.planning import Feature, Hook, Planning, plan_features
 from mmobs.vllm.shape import ShapeMismatch
@@ -49,7 +49,7 @@ def test_every_feature_of_the_table_has_a_first_release_and_a_unique_name() -> N
 
 def test_a_feature_on_a_release_before_its_first_declines_alone_with_one_line(said: Callable[[], list[str]]) -> None:
     features = [_hooking("loader"), _hooking("front_end")]
-    planned = plan_features(features, Planning(), api_server=True, vllm_version="0.31.0")
+    planned = plan_features(features, Planning(), role="API server", vllm_version="0.31.0")
     assert len(planned["loader"]) == 1 and planned["front_end"] == ()
     assert said() == [
         "mmobs: the front_end feature are off: proven from vLLM 0.32.0 on, and this is 0.31.0 (docs/vllm.md, Versions)."
@@ -60,7 +60,7 @@ def test_a_misshapen_feature_declines_alone_with_its_own_line(said: Callable[[],
     misshapen = Feature(
         "uuid_checks", "uuid checks", _misshapen, misshapen="vLLM %(version)s's inputs are off (%(error)s)."
     )
-    planned = plan_features([misshapen, _hooking("loader")], Planning(), api_server=True, vllm_version=NEWEST)
+    planned = plan_features([misshapen, _hooking("loader")], Planning(), role="API server", vllm_version=NEWEST)
     assert planned["uuid_checks"] == () and len(planned["loader"]) == 1
     assert said() == [f"mmobs: vLLM {NEWEST}'s inputs are off (ShapeMismatch: vllm.somewhere.thing is missing)."]
 
@@ -68,11 +68,11 @@ def test_a_misshapen_feature_declines_alone_with_its_own_line(said: Callable[[],
 def test_the_hashers_decline_is_the_whole_plugins() -> None:
     essential = Feature("keys", "its hasher", _misshapen, essential=True)
     with pytest.raises(ShapeMismatch, match=r"vllm\.somewhere\.thing"):
-        plan_features([essential], Planning(), api_server=True, vllm_version=NEWEST)
+        plan_features([essential], Planning(), role="API server", vllm_version=NEWEST)
     with pytest.raises(
         ShapeMismatch, match=re.escape(f"its hasher is proven from vLLM {OLDEST} on, and this is 0.24.0")
     ):
-        plan_features([_hooking("loader"), essential], Planning(), api_server=True, vllm_version="0.24.0")
+        plan_features([_hooking("loader"), essential], Planning(), role="API server", vllm_version="0.24.0")
 
 
 def test_an_api_server_feature_is_neither_planned_nor_mentioned_in_an_engine_process(
@@ -80,7 +80,7 @@ def test_an_api_server_feature_is_neither_planned_nor_mentioned_in_an_engine_pro
 ) -> None:
     front_end = Feature("front_end", "the front end's stage timings", _misshapen, processes="API server")
     for version in ("0.27.1", NEWEST):  # before its first release, and on a release whose shape it would miss
-        assert plan_features([front_end], Planning(), api_server=False, vllm_version=version) == {"front_end": ()}
+        assert plan_features([front_end], Planning(), role="engine core", vllm_version=version) == {"front_end": ()}
     assert said() == []
 
 
@@ -91,7 +91,7 @@ def test_a_feature_switched_off_or_without_the_feature_it_lives_in_is_dropped_si
     switched = Feature("context", "request ids", _misshapen, off_switch="MMOBS_TEST_SWITCH")
     dependent = Feature("decode_free_hits", "decode-free hits", _hooking("x").plan, needs="loader")
     loader = Feature("loader", "the loader", _misshapen, misshapen="%(what)s declined")
-    planned = plan_features([switched, dependent, loader], Planning(), api_server=True, vllm_version=NEWEST)
+    planned = plan_features([switched, dependent, loader], Planning(), role="API server", vllm_version=NEWEST)
     assert planned == {"context": (), "decode_free_hits": (), "loader": ()}
     assert said() == ["mmobs: the loader declined"]  # the loader's own line; nothing for the other two
 
@@ -124,14 +124,14 @@ def test_the_start_up_line_says_where_the_release_stands(
     version: str, stands: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The clause is the one change to the line: the rest reads as before, for the API server and the engine."""
-    monkeypatch.setattr(plugin, "vllm_version", lambda: version)
+    monkeypatch.setattr(startup_line, "vllm_version", lambda: version)
     nothing: dict[str, tuple[Hook, ...]] = {feature.name: () for feature in FEATURES}
-    api_server = plugin._startup_line(nothing, api_server=True)
+    api_server = startup_line.startup_line(nothing, "API server", "python")
     assert api_server.startswith(f"mmobs (API server): counting vLLM {version}'s multimodal fallbacks {stands}")
     assert api_server.endswith(
         "; 0 attributes wrapped (); guard off, fast keys off, decode-free hits off, cache drift off, "
         "uuid conflicts off, front-end stages off"
     )
-    engine = plugin._startup_line(nothing, api_server=False)
+    engine = startup_line.startup_line(nothing, "engine core", "python")
     assert engine.startswith(f"mmobs (engine process): counting vLLM {version}'s multimodal fallbacks {stands}")
-    assert engine.endswith("; 0 attributes wrapped (); guard off, fast keys off")
+    assert engine.endswith("; 0 attributes wrapped (); guard off, fast keys off, engine items off")

@@ -89,13 +89,18 @@ def test_the_plugin_loads_in_every_vllm_process(vllm_server: VllmServer) -> None
     api = loaded["mmobs (API server)"]
     assert int(api["pid"]) == vllm_server.process.pid and api["level"] == "INFO"
     assert re.search(r"; \d+ attributes wrapped \(.*ImageMediaIO\.load_bytes.*\); guard on, fast keys off, "
-                     r"decode-free hits on, cache drift healed, uuid conflicts refused, front-end stages timed$", api["message"]), api["message"]  # fmt: skip
+                     r"decode-free hits on, cache drift healed, uuid conflicts refused, front-end stages timed; "
+                     r"the other processes' series on port \d+$", api["message"]), api["message"]  # fmt: skip
     engines = [
         m for m in map(VLLM_LINE.match, vllm_server.log_lines()) if m and "mmobs (engine process)" in m["message"]
     ]
     processes = {m["process"] for m in engines}
     assert "EngineCore" in processes and any(name.startswith("VllmWorker") for name in processes), processes
-    assert all(m["message"].endswith("guard on, fast keys off") for m in engines)
+    port = vllm_server.extra_env["MMOBS_METRICS_PORT"]
+    said = {m["process"]: m["message"] for m in engines}
+    assert said["EngineCore"].endswith(f"guard on, fast keys off, engine items on; its series on port {port}"), said
+    workers = [message for process, message in said.items() if process.startswith("VllmWorker")]
+    assert all(m.endswith(f"guard on, fast keys off; its series on port {port}") for m in workers), said
     assert series("mmobs_exif_fallback_total", kind="image", exception="SyntaxError") in vllm_server.initial
     assert "not shaped as this plugin expects" not in vllm_server.logs()
 

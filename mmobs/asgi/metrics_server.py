@@ -1,4 +1,4 @@
-"""``mmobs serve --metrics-port``: the metrics on a listener of their own, with the same token rules.
+"""The metrics on a listener of their own: ``mmobs serve --metrics-port``, and vLLM's ``MMOBS_METRICS_PORT``.
 
 prometheus_client's ``start_http_server`` has no authentication, so a
 ``--metrics-token`` given together with ``--metrics-port`` was silently
@@ -11,13 +11,15 @@ at most 32 are served at once, so the port cannot be held open by idle sockets.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import threading
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from mmobs.asgi.exposition import render
+from mmobs.asgi.exposition import render as _render
 from mmobs.asgi.http_errors import error_body
 
 _MAX_CONNECTIONS = 32
@@ -39,7 +41,11 @@ class _Handler(BaseHTTPRequestHandler):
                 {"WWW-Authenticate": 'Bearer realm="metrics"'},
             )  # fmt: skip
             return
-        body, content_type = render(None, self.headers.get("accept"))
+        page = self.server.pages.get(self.path.partition("?")[0])
+        if page is not None:
+            self._send(200, json.dumps(page()).encode(), "application/json")
+            return
+        body, content_type = self.server.render(self.headers.get("accept"))
         self._send(200, body, content_type)
 
     def do_HEAD(self) -> None:
@@ -73,15 +79,31 @@ def _authorized(header: str, token: bytes) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token)
 
 
+#: The exposition body and its content type for a request's ``Accept`` header.
+Renderer = Callable[[str | None], tuple[bytes, str]]
+
+
 class MetricsServer(ThreadingHTTPServer):
-    """A threaded HTTP server for the metrics, bounded in connections."""
+    """A threaded HTTP server for the metrics, bounded in connections.
+
+    ``render`` makes the exposition (default: this process's, multiprocess-aware); ``pages`` are JSON
+    documents served at their exact paths (the vLLM metrics port's ``/debug/mm-items``).
+    """
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], token: str | None) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        token: str | None,
+        render: Renderer | None = None,
+        pages: Mapping[str, Callable[[], Any]] | None = None,
+    ) -> None:
         if token is not None and not token:
             raise ValueError("the metrics token must not be empty")
         self.token = token.encode() if token else None
+        self.render: Renderer = functools.partial(_render, None) if render is None else render
+        self.pages = dict(pages or {})
         self._slots = threading.BoundedSemaphore(_MAX_CONNECTIONS)
         super().__init__(address, _Handler)
 
@@ -98,8 +120,8 @@ class MetricsServer(ThreadingHTTPServer):
             self._slots.release()
 
 
-def start_metrics_server(port: int, host: str, token: str | None) -> MetricsServer:
-    """Serve the metrics on ``host:port`` from a daemon thread."""
-    server = MetricsServer((host, port), token)
+def start_metrics_server(port: int, host: str, token: str | None, **options: Any) -> MetricsServer:
+    """Serve the metrics on ``host:port`` from a daemon thread (``options``: :class:`MetricsServer`'s)."""
+    server = MetricsServer((host, port), token, **options)
     threading.Thread(target=server.serve_forever, name="mmobs-metrics", daemon=True).start()
     return server

@@ -1,0 +1,61 @@
+"""The "Multimodal items at the engine" row: what each request's items arrive as in vLLM's engine core.
+
+Both of vLLM's front ends hand their requests to the same Python engine core, where the plugin
+counts each item (docs/vllm.md, "The Rust front end"). Its series live in the engine core, so they
+come from ``MMOBS_METRICS_PORT`` (the PodMonitor's ``mmobs-metrics`` port), not vLLM's ``/metrics``.
+Which front end serves each instance, by how the items' identifiers were made (``content``: vLLM's
+Python keys; ``raw_bytes``: the Rust front end's; ``client_uuid``), and what re-sent items cost:
+their tensors sent to the engine again, which the Python front end's sender cache spares it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import metrics
+from .panels import GridLine, row, target, timeseries
+from .promql import QueryStyle
+
+TITLE = "Multimodal items at the engine"
+
+
+def panels(query: QueryStyle) -> list[dict[str, Any]]:
+    return [
+        timeseries(
+            "Items at the engine, by identifier format",
+            "Multimodal items per second the engine core received, by how their identifier was made: content "
+            "(vLLM's Python front end's keys), raw_bytes (the Rust front end's: blake3 of the file's bytes) or "
+            "client_uuid. One image is keyed two ways in a fleet that runs both front ends: a router's keys match "
+            "one of them only. Served on MMOBS_METRICS_PORT.",
+            "ops",
+            [target(query.sum_rate(metrics.VLLM_ENGINE_ITEMS, by=["key_format"]), legend="{{key_format}}")],
+            stack=True,
+        ),
+        timeseries(
+            "Tensor bytes of re-sent items",
+            "Bytes per second of the processed tensors that reached the engine core with items whose identifier it "
+            "had seen before (mmobs_vllm_engine_mm_resent_items_total counts the items). The Rust front end has no "
+            "sender-side processor cache: every re-sent image is processed and sent again.",
+            "Bps",
+            [
+                target(query.sum_rate(metrics.VLLM_ENGINE_RESENT_BYTES, by=["modality"]), "A", "{{modality}} bytes"),
+            ],
+        ),
+        timeseries(
+            "Instances by front end",
+            "The vLLM instances each front end serves (mmobs_vllm_front_end_info, set by the engine core).",
+            "short",
+            [
+                target(
+                    query.aggregate("sum", f"{query.select(metrics.VLLM_FRONT_END_INFO)} == 1", ["front_end"]),
+                    legend="{{front_end}}",
+                )
+            ],
+            stack=True,
+        ),
+    ]
+
+
+def lines(query: QueryStyle) -> list[GridLine]:
+    items, resent, front_ends = panels(query)
+    return [[(row(TITLE), 24, 1)], [(items, 10, 8), (resent, 8, 8), (front_ends, 6, 8)]]

@@ -1,0 +1,109 @@
+"""Who serves ``MMOBS_METRICS_PORT``: the first vLLM process to load the plugin; every other one answers it.
+
+vLLM loads its general plugins in ``vllm serve``'s own process before it starts the front end and
+the engine, so that process finds no peers' directory in its environment, makes one, names it to
+its children (:data:`~mmobs.vllm.metrics_port.peers.PEERS_DIR_ENV`) and listens on the port. A
+process that finds the directory answers on a socket in it, where the plugin has hooked something.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from mmobs.vllm.metrics_port.merge import MergedCollector, own_series
+from mmobs.vllm.metrics_port.peers import PEERS_DIR_ENV, ask_peers, serve_peer
+from mmobs.vllm.startup_log import say
+
+METRICS_PORT_ENV = "MMOBS_METRICS_PORT"
+#: The address the port listens on (default: every interface, as ``vllm serve`` listens by default).
+METRICS_HOST_ENV = "MMOBS_METRICS_HOST"
+ITEMS_PATH = "/debug/mm-items"
+
+_started_in: int | None = None
+
+
+def metrics_port() -> int | None:
+    """``MMOBS_METRICS_PORT`` as a port number; None when unset, or (with one warning line) when it is not one."""
+    raw = os.environ.get(METRICS_PORT_ENV, "").strip()
+    if not raw:
+        return None
+    if raw.isdigit() and 0 < int(raw) < 65536:
+        return int(raw)
+    say(logging.WARNING, "mmobs: %s=%r is not a port number (1 to 65535); mmobs's series are served nowhere "
+        "but vLLM's /metrics", METRICS_PORT_ENV, raw)  # fmt: skip
+    return None
+
+
+def serve_metrics_port(hooked: bool, read_by_vllm: bool) -> str | None:
+    """Serve the port (its first process) or answer it (the others, where ``hooked``); what the start-up line says.
+
+    A process whose series vLLM's ``/metrics`` already serves (``read_by_vllm``: a Python API server) adds
+    none of its own to the port, so that no series is scraped twice: the port carries what ``/metrics``
+    does not.
+    """
+    global _started_in
+    port = metrics_port()
+    if port is None or _started_in == os.getpid():
+        return None
+    _started_in = os.getpid()
+    own = (lambda: b"") if read_by_vllm else functools.partial(own_series, REGISTRY)
+    peers = os.environ.get(PEERS_DIR_ENV)
+    if peers and Path(peers).is_dir():
+        if not hooked:
+            return f"nothing of its own for port {port}"
+        serve_peer(Path(peers), {"metrics": own, "items": _own_items})
+        return f"its series on port {port}" if not read_by_vllm else f"its series on vLLM's /metrics, not port {port}"
+    directory = Path(tempfile.mkdtemp(prefix="mmobs-metrics-"))
+    os.environ[PEERS_DIR_ENV] = str(directory)
+    atexit.register(shutil.rmtree, directory, True)
+    from mmobs.asgi.metrics_server import start_metrics_server
+
+    try:
+        start_metrics_server(
+            port, os.environ.get(METRICS_HOST_ENV, ""), None,
+            render=functools.partial(_render, directory, own), pages={ITEMS_PATH: functools.partial(_items, directory)},
+        )  # fmt: skip
+    except OSError as error:
+        say(logging.WARNING, "mmobs: %s=%d could not be served (%s); mmobs's series are served nowhere "
+            "but vLLM's /metrics", METRICS_PORT_ENV, port, error)  # fmt: skip
+        return None
+    return f"the other processes' series on port {port}" if read_by_vllm else f"every process's series on port {port}"
+
+
+def _render(directory: Path, own: Callable[[], bytes], accept: str | None) -> tuple[bytes, str]:
+    """Every live process's ``mmobs_*`` series, summed, in the format ``accept`` asks for."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(MergedCollector(lambda: [own(), *ask_peers(directory, "metrics").values()]))
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(registry), content_type
+
+
+def _own_items() -> bytes:
+    from mmobs.vllm.engine_items import item_counter
+
+    counter = item_counter.current
+    return json.dumps([] if counter is None else counter.recent_items()).encode()
+
+
+def _items(directory: Path) -> list[dict[str, Any]]:
+    """The recent multimodal items of every engine core (``/debug/mm-items``), each with its process id."""
+    answers = {os.getpid(): _own_items(), **ask_peers(directory, "items")}
+    found: list[dict[str, Any]] = []
+    for pid, answer in sorted(answers.items()):
+        try:
+            found.extend({**item, "pid": pid} for item in json.loads(answer or b"[]"))
+        except ValueError:
+            continue
+    return found
