@@ -10,7 +10,7 @@ def run_fingerprint(args: argparse.Namespace) -> int:
     """Print the digest and the reference key behind it, input by input."""
     from mmobs.observability.fingerprint import compute_fingerprint
 
-    fingerprint = compute_fingerprint(args.vllm_version)
+    fingerprint = compute_fingerprint(args.vllm_version, args.front_end)
     if args.json:
         document = {"fingerprint": fingerprint.digest, "key_format": fingerprint.key_format, "keys": fingerprint.keys}
         print(json.dumps(document, indent=2))

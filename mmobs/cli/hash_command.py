@@ -36,6 +36,7 @@ def _hash_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
         "mm_hash": key,
         "algorithm": algorithm,
         "vllm_version": io.vllm_version,
+        "front_end": "python",
         "key_source": recorder.keyed[-1].key_source,
         "exif_fallback": fallback is not None,
         "exif_error": (f"{type(fallback.error).__name__}: {safe_text(fallback.error)}" if fallback else None),
@@ -47,19 +48,27 @@ def _hash_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
     }
 
 
-def _key_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
-    """Key one file from its header, as ``POST /v1/keys`` would; a dict for printing."""
+def _key_file(
+    path: str, algorithm: str, io: ImageMediaIO, front_end: str = "python", verify: str = "header"
+) -> dict[str, Any]:
+    """Key one file from its header, as ``POST /v1/keys`` would; a dict for printing.
+
+    ``front_end="rust"``: the key vLLM's Rust front end gives the file (the digest of its bytes), after the
+    same checks; decoded too unless ``--no-decode``, as ``mmobs hash`` decodes.
+    """
     size = os.stat(path).st_size
     if size > io.max_bytes:  # as load_file: refused before reading
         message = f"the image is {size} bytes, above the limit of {io.max_bytes} bytes"
         raise report_bad_image(BadImageError("too_large", message))
     with open(path, "rb") as handle:
-        found = key_image(io, handle.read(io.max_bytes + 1), algorithm)
+        data = handle.read(io.max_bytes + 1)
+    found = key_image(io, data, algorithm, verify=verify, front_end=front_end)  # type: ignore[arg-type]
     return {
         "file": path,
         "mm_hash": found.key,
         "algorithm": algorithm,
         "vllm_version": io.vllm_version,
+        "front_end": front_end,
         "key_source": "original_bytes",
         "key_path": found.key_path,
         "decoded_because": found.decoded_because,
@@ -95,7 +104,11 @@ def run_hash(args: argparse.Namespace) -> int:
     progress = _Progress(len(args.files), sys.stderr)
     for done, path in enumerate(args.files, 1):
         try:
-            result = _key_file(path, args.algorithm, io) if args.no_decode else _hash_file(path, args.algorithm, io)
+            if args.no_decode or args.front_end == "rust":
+                verify = "header" if args.no_decode else "decode"
+                result = _key_file(path, args.algorithm, io, args.front_end, verify)
+            else:
+                result = _hash_file(path, args.algorithm, io)
         except BadImageError as error:
             failures += 1
             print_failure(args, path, error.reason, error.message)
@@ -105,11 +118,12 @@ def run_hash(args: argparse.Namespace) -> int:
         else:
             if args.json:
                 print(json.dumps(result), flush=True)
-            elif args.no_decode:
+            elif args.no_decode or args.front_end == "rust":
                 why = f" ({result['decoded_because']})" if result["decoded_because"] else ""
                 print(
                     f"{result['mm_hash']}  {path}\n"
-                    f"    key_source=original_bytes key_path={result['key_path']}{why}\n"
+                    f"    key_source=original_bytes key_path={result['key_path']}{why}"
+                    f"{' front_end=rust' if args.front_end == 'rust' else ''}\n"
                     f"    format={result['format']} header_mode={result['header_mode']} "
                     f"size={result['width']}x{result['height']}",
                     flush=True,

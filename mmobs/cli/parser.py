@@ -23,6 +23,7 @@ from mmobs.cli.log_commands import run_events, run_vllm_logging_config
 from mmobs.cli.serve_command import run_serve
 from mmobs.keys.hashing import ALGORITHMS
 from mmobs.keys.loader import ImageMediaIO
+from mmobs.keys.raw_bytes import FRONT_ENDS
 from mmobs.releases import NEWEST, key_format
 from mmobs.service.config import ServiceConfig
 
@@ -144,6 +145,12 @@ def _add_hash(command: NewCommand) -> None:
         default=NEWEST,
         help="key as this vLLM release keys (its key format: mmobs.releases)",
     )
+    hash_parser.add_argument(
+        "--front-end",
+        choices=FRONT_ENDS,
+        default="python",
+        help="whose key: vLLM's Python front end's, or its Rust front end's (the bytes' digest; vLLM 0.33 and 0.34)",
+    )
     hash_parser.add_argument("--json", action="store_true", help="one JSON object per line")
     hash_parser.add_argument(
         "--no-decode",
@@ -168,6 +175,12 @@ def _add_fingerprint(command: NewCommand) -> None:
         type=_vllm_version,
         default=NEWEST,
         help="the fingerprint of a process keying as this vLLM release (mmobs serve --vllm-version, the plugin in it)",
+    )
+    fingerprint_parser.add_argument(
+        "--front-end",
+        choices=FRONT_ENDS,
+        default="python",
+        help="the fingerprint of a vLLM whose front end is this one (rust: VLLM_USE_RUST_FRONTEND=1)",
     )
     fingerprint_parser.set_defaults(handler=run_fingerprint)
 

@@ -135,24 +135,8 @@ def key_for_bytes(
     Raises :class:`~mmobs.errors.BadImageError` for a refused image and
     :class:`~mmobs.errors.InvalidOptionError` (a ``ValueError``) for a bad option.
     """
-    if check_front_end(front_end, algorithm, other_kwargs) == "rust":
-        return _checked_raw_bytes_key(_loader(image_mode, rgba_background_color, vllm_version), data, verify)
     io = _loader(image_mode, rgba_background_color, vllm_version)
-    return key_image(io, data, algorithm, verify=verify, **other_kwargs).key
-
-
-def _checked_raw_bytes_key(io: ImageMediaIO, data: bytes | bytearray | memoryview, verify: Verify) -> str:
-    """The Rust front end's key, for bytes the loader's header checks (and decode, if asked) accept."""
-    if verify not in VERIFY_MODES:
-        raise InvalidOptionError("verify", f"verify must be one of {', '.join(VERIFY_MODES)}, not {verify!r}")
-    data = bytes(data)
-    with reporting_refusals:
-        opened = io.open_header(data)
-    if verify == "decode":
-        io.decode(opened, data)
-    del opened
-    get_observer().key_path(KeyPathChosen("decode" if verify == "decode" else "header"))
-    return raw_bytes_key(data)
+    return key_image(io, data, algorithm, verify=verify, front_end=front_end, **other_kwargs).key
 
 
 def key_image(
@@ -161,11 +145,17 @@ def key_image(
     algorithm: str = "blake3",
     *,
     verify: Verify = "header",
+    front_end: FrontEnd = "python",
     **other_kwargs: object,
 ) -> ImageKey:
-    """The key of ``data`` as loaded by ``io`` (its mode, background, limits and release), and how it was reached."""
+    """The key of ``data`` as loaded by ``io`` (its mode, background, limits and release), and how it was reached.
+
+    ``front_end="rust"``: the identifier vLLM's Rust front end gives the bytes (:mod:`mmobs.keys.raw_bytes`), after
+    the same checks; its ``io_config`` is always None (nothing but the bytes enters that key).
+    """
     if algorithm not in ALGORITHMS:
         new_digest(algorithm)  # raises the ValueError that names the choices
+    rust = check_front_end(front_end, algorithm, other_kwargs) == "rust"
     if verify not in VERIFY_MODES:
         raise InvalidOptionError("verify", f"verify must be one of {', '.join(VERIFY_MODES)}, not {verify!r}")
     if type(data) is not bytes:
@@ -182,7 +172,11 @@ def key_image(
         io_config = io.io_config if io.converts(header_mode, has_transparency(opened)) else None
         path = "header"
     del opened  # WebP and AVIF headers hold a decoder and its canvas: free them before hashing
-    key = hash_in_format(io.key_format, algorithm, dict(image=EncodedImage(data, io_config), **other_kwargs))
+    if rust:
+        io_config = None
+        key = raw_bytes_key(data)
+    else:
+        key = hash_in_format(io.key_format, algorithm, dict(image=EncodedImage(data, io_config), **other_kwargs))
     get_observer().key_path(KeyPathChosen(path))
     return ImageKey(key, path, fmt, header_mode, size, io_config, doubt)
 

@@ -43,6 +43,7 @@ from mmobs.events import (
 from mmobs.keys import from_bytes
 from mmobs.keys.hashing import hash_in_format
 from mmobs.keys.loader import ImageMediaIO
+from mmobs.keys.raw_bytes import raw_bytes_key
 from mmobs.service.hash_request import HashOptions, RequestError, RequestLimits, parse_json_body
 from mmobs.service.relay import RelayObserver, is_memory_failure
 from mmobs.service.wire import WireClosed, recv_message, send_message
@@ -132,7 +133,10 @@ def key_image(data: bytes, params: dict[str, Any], observer: HashObserver) -> di
             stages = {"load": (started, time.time_ns())}
             return {"status": "bad_image", "reason": error.reason, "message": error.message, "stages": stages}
         loaded = time.time_ns()
-        key = hash_in_format(io.key_format, options.algorithm, dict(image=media, **options.extras))
+        if options.front_end == "rust":
+            key = raw_bytes_key(data)
+        else:
+            key = hash_in_format(io.key_format, options.algorithm, dict(image=media, **options.extras))
     image = media.media
     return {
         "status": "keyed",
@@ -140,7 +144,8 @@ def key_image(data: bytes, params: dict[str, Any], observer: HashObserver) -> di
         "stages": {"load": (started, loaded), "key": (loaded, time.time_ns())},
         "item": {
             "mm_hash": key,
-            "key_source": recorder.keyed[-1].key_source,
+            # The Rust front end's key is the bytes' digest: no hasher ran, nothing else was read.
+            "key_source": recorder.keyed[-1].key_source if recorder.keyed else "original_bytes",
             "exif_fallback": bool(recorder.fallbacks),
             "width": image.width,
             "height": image.height,
@@ -158,7 +163,9 @@ def key_header(data: bytes, params: dict[str, Any], observer: HashObserver) -> d
     with observing(observer):
         try:
             verify: Any = options.verify
-            found = from_bytes.key_image(io, data, options.algorithm, verify=verify, **options.extras)
+            found = from_bytes.key_image(
+                io, data, options.algorithm, verify=verify, front_end=options.front_end, **options.extras
+            )  # type: ignore[arg-type]
         except BadImageError as error:
             if is_memory_failure(error):
                 raise MemoryError from error

@@ -29,6 +29,7 @@ from mmobs.errors import InvalidOptionError
 from mmobs.keys.from_bytes import VERIFY_MODES
 from mmobs.keys.hashing import ALGORITHMS
 from mmobs.keys.loader import ImageMediaIO
+from mmobs.keys.raw_bytes import check_front_end
 
 #: (param, URL) for every image a request names: a data: URL or a remote http(s) URL.
 Source = tuple[str, str]
@@ -73,6 +74,8 @@ class HashOptions:
     io_options: dict[str, Any] = field(default_factory=dict)  # image_mode, rgba_background_color
     extras: dict[str, Any] = field(default_factory=dict)  # model_id, mm_processor_kwargs
     verify: str = "header"  # POST /v1/keys only (mmobs.keys.from_bytes.key_image's)
+    #: Whose key: vLLM's Python front end's (``python``) or its Rust front end's (``rust``: the bytes' digest).
+    front_end: str = "python"
 
 
 @dataclass(frozen=True)
@@ -260,7 +263,12 @@ def hash_options(options: dict[str, Any], images: int, limits: RequestLimits, *,
             )
         _check_processor_kwargs(kwargs, limits)
         extras["mm_processor_kwargs"] = kwargs
-    return HashOptions(algorithm, io_options, extras, verify)
+    front_end = options.get("front_end", "python")
+    try:
+        check_front_end(front_end, algorithm, extras)
+    except InvalidOptionError as error:
+        raise RequestError(400, "invalid_option", error.message[:300], error.param) from None
+    return HashOptions(algorithm, io_options, extras, verify, front_end)
 
 
 _NOT_UTF8 = "{what} holds a string that cannot be encoded as UTF-8 (a lone surrogate such as \\ud800)"

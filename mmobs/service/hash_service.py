@@ -156,7 +156,7 @@ class HashService:
                 image.data = image.url = None  # let each image go once it is keyed
                 item = await self._key(data, options, budget, image.param, task, image_span)
             items.append({"index": index, **item})
-        return JSONResponse({"algorithm": options.algorithm, "items": items})
+        return JSONResponse({"algorithm": options.algorithm, "front_end": options.front_end, "items": items})
 
     async def _key(
         self, data: bytes, options: HashOptions, budget: CpuBudget, param: str, task: str, image_span: Any = None

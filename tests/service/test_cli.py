@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import mmobs
+from mmobs import BadImageError, key_for_bytes
 from mmobs.cli.parser import _HelpFormatter, build_parser
 from mmobs.observability.fingerprint import compute_fingerprint
 from tests.support import golden
@@ -130,6 +131,26 @@ def test_fingerprint_text_matches_library():
     assert lines[0] == fingerprint.digest
     assert lines[1].split() == ["key", "format", "0.33"]
     assert len(lines) == 2 + len(fingerprint.keys)
+
+
+def test_the_rust_front_ends_keys_and_fingerprint(files: dict[str, Path]) -> None:
+    """``--front-end rust``: the key vLLM's Rust front end gives each file, decoded or not, and its fingerprint."""
+    paths = [str(path) for path in files.values()]
+    keyed = [json.loads(line) for line in run("hash", "--front-end", "rust", "--json", *paths).stdout.splitlines()]
+    expected = {}
+    for path in paths:
+        try:
+            expected[path] = key_for_bytes(Path(path).read_bytes(), front_end="rust", verify="decode")
+        except BadImageError:
+            continue
+    assert expected and {line["file"]: line["mm_hash"] for line in keyed if "mm_hash" in line} == expected
+    assert {line["front_end"] for line in keyed if "mm_hash" in line} == {"rust"}
+    header_only = run("hash", "--front-end", "rust", "--no-decode", paths[0]).stdout.splitlines()
+    assert header_only[1].endswith(" front_end=rust") and header_only[0].split()[0] == key_for_bytes(
+        Path(paths[0]).read_bytes(), front_end="rust"
+    )
+    lines = run("fingerprint", "--front-end", "rust", check=True).stdout.splitlines()
+    assert lines[0] == compute_fingerprint(front_end="rust").digest and lines[1].split() == ["key", "format", "rust"]
 
 
 @pytest.mark.parametrize("args", [["serve", "--workers", "0"], ["serve", "--port", "http"], ["hash"], ["nonsense"]])

@@ -64,6 +64,32 @@ def test_serve_keys_as_the_vllm_release_it_is_told(tmp_path: Path):
         process.stop()
 
 
+def test_the_hash_api_keys_as_the_front_end_asked_for_and_names_it(tmp_path: Path):
+    """``front_end: "rust"``: the key vLLM's Rust front end gives (the bytes' digest), on both routes and in every
+    request shape; an option that front end's key cannot honour is a 400 naming it."""
+    photo = golden.input_bytes("palette.png")
+    images = [data_url(BAD_HEADER_JPEG), data_url(photo)]
+    rust = [key_for_bytes(data, front_end="rust") for data in (BAD_HEADER_JPEG, photo)]
+    process = ServiceProcess(tmp_path)
+    try:
+        for route in ("/v1/hash", "/v1/keys"):
+            answer = httpx.post(process.url + route, json={"images": images, "front_end": "rust"}).json()
+            assert (answer["front_end"], [item["mm_hash"] for item in answer["items"]]) == ("rust", rust), route
+            answer = httpx.post(process.url + route, json={"images": images}).json()
+            assert answer["front_end"] == "python" and answer["items"][1]["mm_hash"] == key_for_bytes(photo), route
+        raw = httpx.post(
+            process.url + "/v1/keys?front_end=rust", content=photo, headers={"content-type": "image/png"}
+        ).json()
+        assert raw["items"][0]["mm_hash"] == rust[1]
+        for options, param in (({"front_end": "rust", "model_id": "m"}, "front_end"), ({"front_end": "go"}, "front_end"),
+                               ({"front_end": "rust", "algorithm": "sha256"}, "algorithm")):  # fmt: skip
+            refused = httpx.post(process.url + "/v1/keys", json={"images": images, **options})
+            assert refused.status_code == 400, options
+            assert (refused.json()["error"]["code"], refused.json()["error"]["param"]) == ("invalid_option", param)
+    finally:
+        process.stop()
+
+
 # -- two workers, exact sums ------------------------------------------------------------------------
 
 
