@@ -32,13 +32,31 @@ def panels(query: QueryStyle) -> list[dict[str, Any]]:
             stack=True,
         ),
         timeseries(
+            "Re-sent items",
+            "Items per second that reached the engine core with their processed tensors although it had seen their "
+            "identifier before. The Rust front end has no sender-side processor cache: every re-sent image is "
+            "processed and sent again; the Python front end's cache spares the engine those.",
+            "ops",
+            [target(query.sum_rate(metrics.VLLM_ENGINE_RESENT_ITEMS, by=["modality"]), legend="{{modality}}")],
+            stack=True,
+        ),
+        timeseries(
             "Tensor bytes of re-sent items",
-            "Bytes per second of the processed tensors that reached the engine core with items whose identifier it "
-            "had seen before (mmobs_vllm_engine_mm_resent_items_total counts the items). The Rust front end has no "
-            "sender-side processor cache: every re-sent image is processed and sent again.",
+            "Bytes per second of the processed tensors the re-sent items carried to the engine core again.",
             "Bps",
+            [target(query.sum_rate(metrics.VLLM_ENGINE_RESENT_BYTES, by=["modality"]), legend="{{modality}}")],
+            stack=True,
+        ),
+        timeseries(
+            "Identifiers the engine remembers",
+            "Identifiers in each engine core's index of the items it has seen (bounded by "
+            "MMOBS_VLLM_ENGINE_INDEX_ENTRIES, 65,536 by default): a re-sent item older than its memory counts as new.",
+            "short",
             [
-                target(query.sum_rate(metrics.VLLM_ENGINE_RESENT_BYTES, by=["modality"]), "A", "{{modality}} bytes"),
+                target(
+                    query.aggregate("sum", query.select(metrics.VLLM_ENGINE_INDEX_ENTRIES), ["instance"]),
+                    legend="{{instance}}",
+                )
             ],
         ),
         timeseries(
@@ -57,5 +75,8 @@ def panels(query: QueryStyle) -> list[dict[str, Any]]:
 
 
 def lines(query: QueryStyle) -> list[GridLine]:
-    items, resent, front_ends = panels(query)
-    return [[(row(TITLE), 24, 1)], [(items, 10, 8), (resent, 8, 8), (front_ends, 6, 8)]]
+    items, resent, resent_bytes, index, front_ends = panels(query)
+    return [
+        [(row(TITLE), 24, 1)],
+        [(items, 8, 8), (resent, 4, 8), (resent_bytes, 4, 8), (index, 4, 8), (front_ends, 4, 8)],
+    ]

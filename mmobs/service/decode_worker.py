@@ -163,9 +163,10 @@ def key_header(data: bytes, params: dict[str, Any], observer: HashObserver) -> d
     with observing(observer):
         try:
             verify: Any = options.verify
+            front_end: Any = options.front_end  # checked when the request was read (hash_request.hash_options)
             found = from_bytes.key_image(
-                io, data, options.algorithm, verify=verify, front_end=options.front_end, **options.extras
-            )  # type: ignore[arg-type]
+                io, data, options.algorithm, verify=verify, front_end=front_end, **options.extras
+            )
         except BadImageError as error:
             if is_memory_failure(error):
                 raise MemoryError from error

@@ -107,7 +107,9 @@ def test_vllm_row_sits_on_the_cache_keys_dashboard() -> None:
     board = dashboards()["mmobs-cache-keys.json"]
     panels = board["panels"]
     rows = [i for i, p in enumerate(panels) if p["type"] == "row"]
-    assert [panels[i]["title"] for i in rows] == ["vLLM multimodal cache", "Multimodal front end"]
+    assert [panels[i]["title"] for i in rows] == [
+        "vLLM multimodal cache", "Multimodal front end", "Multimodal items at the engine",
+    ]  # fmt: skip
     row_index = rows[0]
     row = panels[row_index]
     assert row["collapsed"] is False and panels[rows[1]]["collapsed"] is False

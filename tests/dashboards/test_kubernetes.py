@@ -144,13 +144,15 @@ def test_the_prometheus_rule_holds_exactly_the_rule_files_groups(built: list[dic
 def test_the_monitors_set_jobs_the_mixins_selector_reads(built: list[dict[str, Any]]) -> None:
     (pod_monitor,) = by_kind(built, "PodMonitor").values()
     (service_monitor,) = by_kind(built, "ServiceMonitor").values()
-    for monitor, endpoints, job in (
-        (pod_monitor, "podMetricsEndpoints", "mmobs-vllm"),
-        (service_monitor, "endpoints", "mmobs"),
+    # vLLM's pods: its /metrics (the API server's series) and MMOBS_METRICS_PORT's (every other process's).
+    for monitor, endpoints, ports, job in (
+        (pod_monitor, "podMetricsEndpoints", ["http", "mmobs-metrics"], "mmobs-vllm"),
+        (service_monitor, "endpoints", ["http"], "mmobs"),
     ):
-        (endpoint,) = monitor["spec"][endpoints]
-        assert endpoint["path"] == "/metrics" and endpoint["port"] == "http"
-        assert endpoint["relabelings"] == [{"targetLabel": "job", "replacement": job}]
+        assert [endpoint["port"] for endpoint in monitor["spec"][endpoints]] == ports
+        for endpoint in monitor["spec"][endpoints]:
+            assert endpoint["path"] == "/metrics"
+            assert endpoint["relabelings"] == [{"targetLabel": "job", "replacement": job}]
         # The job it sets is one the rules' default selector (job=~"...") matches.
         (pattern,) = re.fullmatch(r'job=~"(.*)"', MixinConfig().selector).groups()  # type: ignore[union-attr]
         assert re.fullmatch(pattern, job), (job, pattern)
@@ -225,9 +227,12 @@ def test_the_documented_deployment_is_what_the_pod_monitor_scrapes(built: list[d
     template = deployment["spec"]["template"]
     assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
     (container,) = template["spec"]["containers"]
-    (endpoint,) = pod_monitor["spec"]["podMetricsEndpoints"]
+    endpoint, metrics_port = pod_monitor["spec"]["podMetricsEndpoints"]
     (port,) = [port for port in container["ports"] if port["name"] == endpoint["port"]]
     assert f"--port={port['containerPort']}" in container["args"]
+    # MMOBS_METRICS_PORT serves on the container port the second endpoint scrapes.
+    (mmobs_port,) = [port for port in container["ports"] if port["name"] == metrics_port["port"]]
+    assert {"name": "MMOBS_METRICS_PORT", "value": str(mmobs_port["containerPort"])} in container["env"]
     (middleware,) = [arg.removeprefix("--middleware=") for arg in container["args"] if arg.startswith("--middleware=")]
     module, _, name = middleware.rpartition(".")
     assert getattr(importlib.import_module(module), name) is mmobs.vllm.Middleware  # the preset, as vLLM imports it
