@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import functools
 import hashlib
+import logging
 import math
 import re
 import threading
@@ -32,6 +33,7 @@ from typing import Any
 
 from mmobs.vllm.engine_items.item_metrics import MODALITIES, EngineItemMetrics, KeyFormatLabel, engine_item_metrics
 from mmobs.vllm.front_ends import FrontEnd
+from mmobs.vllm.startup_log import say
 
 INDEX_ENTRIES_ENV = "MMOBS_VLLM_ENGINE_INDEX_ENTRIES"
 #: About 200 bytes an entry: some 13 MB at capacity.
@@ -184,14 +186,19 @@ current: ItemCounter | None = None
 def preprocess_add_request(original: Callable[..., Any], counter: ItemCounter) -> Callable[..., Any]:
     """vLLM's ``EngineCore.preprocess_add_request``, counting the request's items first; never raises into vLLM."""
 
+    failed = threading.Event()
+
     @functools.wraps(original)
     def preprocess(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
         features = getattr(request, "mm_features", None)
         if features:
             try:
                 counter.count(getattr(request, "request_id", ""), features)
-            except Exception:  # noqa: BLE001 - counting must never cost vLLM a request
-                pass
+            except Exception as error:  # noqa: BLE001 - counting must never cost vLLM a request
+                if not failed.is_set():  # said once: the counts are incomplete from here on
+                    failed.set()
+                    say(logging.WARNING, "mmobs: a request's multimodal items could not be counted (%s: %s); "
+                        "the engine's item counts are incomplete", type(error).__name__, error)  # fmt: skip
         return original(self, request, *args, **kwargs)
 
     return preprocess

@@ -66,7 +66,6 @@ def serve_metrics_port(hooked: bool, read_by_vllm: bool) -> str | None:
         serve_peer(Path(peers), {"metrics": own, "items": _own_items})
         return f"its series on port {port}" if not read_by_vllm else f"its series on vLLM's /metrics, not port {port}"
     directory = Path(tempfile.mkdtemp(prefix="mmobs-metrics-"))
-    os.environ[PEERS_DIR_ENV] = str(directory)
     atexit.register(shutil.rmtree, directory, True)
     from mmobs.asgi.metrics_server import start_metrics_server
 
@@ -79,6 +78,7 @@ def serve_metrics_port(hooked: bool, read_by_vllm: bool) -> str | None:
         say(logging.WARNING, "mmobs: %s=%d could not be served (%s); mmobs's series are served nowhere "
             "but vLLM's /metrics", METRICS_PORT_ENV, port, error)  # fmt: skip
         return None
+    os.environ[PEERS_DIR_ENV] = str(directory)  # vLLM's processes started from here on answer the port
     return f"the other processes' series on port {port}" if read_by_vllm else f"every process's series on port {port}"
 
 
