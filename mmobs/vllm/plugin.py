@@ -33,7 +33,15 @@ module                                         wraps
                                                vLLM's executor threads), and
                                                ``get_dummy_mm_inputs`` (vLLM's own
                                                dummy inputs are not traffic)
+:mod:`mmobs.vllm.engine_items.item_counter`    ``EngineCore.preprocess_add_request``:
+                                               each request's items as the engine
+                                               receives them, engine core only
 =============================================  =====================================
+
+With vLLM's Rust front end (``VLLM_USE_RUST_FRONTEND=1``) only the engine core's feature applies:
+``vllm-rs`` runs the API server's path in Rust (:mod:`mmobs.vllm.front_ends`), and each process says
+so (:mod:`mmobs.vllm.startup_line`). ``MMOBS_METRICS_PORT`` serves every process's series
+(:mod:`mmobs.vllm.metrics_port`).
 
 Every feature but the hasher's hooks declines alone, with one line: on a vLLM
 release older than the first one a test proves it on (:mod:`mmobs.releases`),

@@ -135,3 +135,34 @@ def test_the_start_up_line_says_where_the_release_stands(
     engine = startup_line.startup_line(nothing, "engine core", "python")
     assert engine.startswith(f"mmobs (engine process): counting vLLM {version}'s multimodal fallbacks {stands}")
     assert engine.endswith("; 0 attributes wrapped (); guard off, fast keys off, engine items off")
+
+
+def test_with_the_rust_front_end_only_the_engine_cores_feature_applies_anywhere() -> None:
+    """vllm-rs runs the API server's path in Rust: nothing the plugin wraps there runs in any Python process."""
+    roles = ("API server", "supervisor", "engine core", "worker")
+    applies = {(feature.name, role) for feature in FEATURES for role in roles if feature.applies_in(role, "rust")}
+    assert applies == {("engine_items", "engine core")}
+    python = {feature.name for feature in FEATURES if feature.applies_in("engine core", "python")}
+    assert python == {"keys", "loader", "context", "engine_items"}
+
+
+@pytest.mark.parametrize(
+    ("role", "offers"),
+    [
+        ("supervisor", "offering nothing here"),
+        ("engine core", "counting the multimodal items the engine core receives"),
+    ],
+)
+def test_the_rust_front_ends_line_says_what_the_process_offers_and_names_what_has_no_place(
+    role: str, offers: str
+) -> None:
+    nothing: dict[str, tuple[Hook, ...]] = {feature.name: () for feature in FEATURES}
+    line = startup_line.startup_line(nothing, role, "rust")  # type: ignore[arg-type]
+    assert line.startswith(f"mmobs ({role}, Rust front end): {offers} (vLLM ")
+    assert (
+        "; nothing wrapped; vllm-rs serves the API, loads and keys images, so there is no place for decode_free_hits, "
+        "keys, loader, context, cache_drift, uuid_checks, front_end or the preset" in line
+    )
+    assert line.endswith("; MMOBS_METRICS_PORT is unset, so no scrape reads the engine core")
+    served = startup_line.startup_line(nothing, role, "rust", "its series on port 9400")  # type: ignore[arg-type]
+    assert served.endswith("the preset (--middleware mmobs.vllm.Middleware); its series on port 9400")

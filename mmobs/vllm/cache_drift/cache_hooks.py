@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import multiprocessing
 import os
 from collections.abc import Callable
 from typing import Any
@@ -66,12 +65,6 @@ _EXCEPTIONS = VLLM_MODULES.exceptions
 
 def healing_enabled() -> bool:
     return os.environ.get(HEAL_ENV, "1").strip() != "0"
-
-
-def api_server_process() -> bool:
-    """Whether this is an API server (P0): vLLM names its engine and worker processes ``EngineCore*``, ``VllmWorker-*``."""
-    name = multiprocessing.current_process().name
-    return name == "MainProcess" or name.startswith("ApiServer")
 
 
 def cache_plan(book: DriftBook | None = None, *, heal: bool | None = None) -> Plan:

@@ -27,11 +27,8 @@ _INPUT_PROCESSOR = VLLM_MODULES.input_processor
 
 
 def front_end_plan() -> Plan:
-    """The stage timers' plan: in the API server only, and empty (after one warning) where vLLM is shaped otherwise."""
-    from mmobs.vllm.cache_drift import cache_hooks
-
-    if not cache_hooks.api_server_process():
-        return []
+    """The stage timers' plan (the feature's, planned in the API server only), empty (after one warning) where vLLM is
+    shaped otherwise."""
     try:
         connector_class = attribute(module(_CONNECTOR), "MediaConnector")
         loader_class = attribute(module(_MEDIA_IMAGE), "ImageMediaIO")
