@@ -18,7 +18,7 @@ import importlib.util
 import secrets
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,16 +62,18 @@ def _queries_module() -> Any:
 
 
 class PrometheusProcess(ManagedProcess):
-    def __init__(self, tmp_path: Path, target: str, vllm_target: str | None) -> None:
+    def __init__(self, tmp_path: Path, target: str | Sequence[str], vllm_target: str | None) -> None:
+        """Scrape ``target`` (one address, or several: one job's replicas) as job ``mmobs``, every second."""
         binary = require_binary("prometheus")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = tmp_path / "prometheus.yml"
+        targets = ", ".join(f"'{address}'" for address in ([target] if isinstance(target, str) else target))
         config.write_text(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
             f"rule_files:\n  - {RULES / 'recording-rules.yml'}\n  - {RULES / 'alerts.yml'}\n"
             "scrape_configs:\n  - job_name: mmobs\n    static_configs:\n"
-            f"      - targets: ['{target}']\n"
+            f"      - targets: [{targets}]\n"
         )
         if vllm_target is not None:
             config.write_text(

@@ -15,6 +15,7 @@ import concurrent.futures
 import io
 import warnings
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -253,3 +254,37 @@ def test_the_python_front_ends_engine_counts_its_keys_and_spares_resent_tensors(
     assert after[series("mmobs_vllm_front_end_info", front_end="python")] == 1.0
     assert not [name for name, _ in after if name.startswith(("mmobs_http_", "mmobs_hasher_info"))]
     assert Counter(name for name, _ in vllm_server.samples() if name.startswith("mmobs_vllm_engine")) == Counter()
+
+
+# -- a fleet that mixes front ends, scraped by a real Prometheus --------------------------------------
+
+
+def test_a_real_prometheus_sees_both_front_ends_and_the_fingerprint_alerts_expression_turns_true(
+    vllm_server: VllmServer, rust_with_mmobs: VllmServer, tmp_path: Path
+) -> None:
+    """One job of two replicas, one per front end, scraped as the bundle's PodMonitor scrapes vLLM's pods: each
+    server's /metrics and its MMOBS_METRICS_PORT. The two fingerprints (one per key format) make
+    ``MmobsHasherFingerprintMismatch``'s expression true, and no series comes from two endpoints of one server."""
+    from tests.dashboards.test_prometheus import PrometheusProcess
+    from tests.docs.test_runbooks import alert_expressions
+
+    ports = [f"127.0.0.1:{server.extra_env['MMOBS_METRICS_PORT']}" for server in (vllm_server, rust_with_mmobs)]
+    api = vllm_server.url.removeprefix("http://")
+    prometheus = PrometheusProcess(tmp_path, [api, *ports], None)
+    try:
+        assert chat(rust_with_mmobs, PHOTO)[0] == 200
+        prometheus.wait_until(lambda: prometheus.scalar('count(up{job="mmobs"} == 1)') == 3, 60, "three targets up")
+        alert = alert_expressions()["MmobsHasherFingerprintMismatch"]
+        prometheus.wait_until(lambda: bool(prometheus.query(alert)), 60, "the alert's expression to be true")
+        formats = prometheus.query('count by (key_format) (mmobs_hasher_info{job="mmobs"})')
+        assert sorted((r["metric"]["key_format"], r["value"][1]) for r in formats) == [("0.31", "1"), ("rust", "1")]
+        serving = prometheus.query('sum by (front_end) (mmobs_vllm_front_end_info{job="mmobs"} == 1)')
+        assert sorted((r["metric"]["front_end"], r["value"][1]) for r in serving) == [("python", "1"), ("rust", "1")]
+        received = prometheus.scalar('sum(mmobs_vllm_engine_mm_items_total{job="mmobs", key_format="raw_bytes"})')
+        assert received >= 1
+        # Each series of the Python server comes from one of its two endpoints: none is counted twice.
+        api_server, engine = (f'{{__name__=~"mmobs_.+", instance="{address}"}}' for address in (api, ports[0]))
+        assert prometheus.query(f"{api_server} and ignoring(instance) {engine}") == []
+        assert prometheus.query(f"count({engine})") and prometheus.query(f"count({api_server})")
+    finally:
+        prometheus.stop()
