@@ -65,6 +65,7 @@ import threading
 from mmobs.errors import InvalidOptionError
 from mmobs.observability.fingerprint import key_with_release
 from mmobs.observability.instrument import metrics_for, set_hasher_info
+from mmobs.observability.metrics import multiprocess_dir
 from mmobs.observability.stdlib_events import log_events_to_stdlib
 from mmobs.releases import keyed_as
 from mmobs.vllm.decode_free_hits import decode_skip
@@ -128,7 +129,10 @@ def register() -> None:
             set_hasher_info(metrics_for())
         # One log stream: mmobs's events become records of vLLM's logger tree (while structlog is unconfigured).
         log_events_to_stdlib(LOGGER.name)
-        served = serve_metrics_port(hooked=bool(_applied), read_by_vllm=role == "API server")
+        # What vLLM's own /metrics reads: its Python API server's registry, and with --api-server-count above 1
+        # every process's (its PROMETHEUS_MULTIPROC_DIR). The port serves the rest, so no series is scraped twice.
+        read_by_vllm = front_end == "python" and (role == "API server" or multiprocess_dir() is not None)
+        served = serve_metrics_port(hooked=bool(_applied), read_by_vllm=read_by_vllm)
         say(logging.INFO, "%s", startup_line(planned, role, front_end, served))
 
 

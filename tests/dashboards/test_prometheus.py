@@ -61,25 +61,25 @@ def _queries_module() -> Any:
     return module
 
 
+def _job(name: str, targets: str | Sequence[str]) -> str:
+    listed = ", ".join(f"'{address}'" for address in ([targets] if isinstance(targets, str) else targets))
+    return f"  - job_name: {name}\n    static_configs:\n      - targets: [{listed}]\n"
+
+
 class PrometheusProcess(ManagedProcess):
-    def __init__(self, tmp_path: Path, target: str | Sequence[str], vllm_target: str | None) -> None:
-        """Scrape ``target`` (one address, or several: one job's replicas) as job ``mmobs``, every second."""
+    def __init__(self, tmp_path: Path, target: str | Sequence[str], vllm_target: str | Sequence[str] | None) -> None:
+        """Scrape ``target`` as job ``mmobs`` and ``vllm_target`` as the bundle's vLLM job, every second (each one
+        address or several: a job's replicas, or a pod's two endpoints)."""
         binary = require_binary("prometheus")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = tmp_path / "prometheus.yml"
-        targets = ", ".join(f"'{address}'" for address in ([target] if isinstance(target, str) else target))
-        config.write_text(
+        text = (
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
             f"rule_files:\n  - {RULES / 'recording-rules.yml'}\n  - {RULES / 'alerts.yml'}\n"
-            "scrape_configs:\n  - job_name: mmobs\n    static_configs:\n"
-            f"      - targets: [{targets}]\n"
+            f"scrape_configs:\n{_job('mmobs', target)}"
         )
-        if vllm_target is not None:
-            config.write_text(
-                config.read_text()
-                + f"  - job_name: {VLLM_JOB}\n    static_configs:\n      - targets: ['{vllm_target}']\n"
-            )
+        config.write_text(text + (_job(VLLM_JOB, vllm_target) if vllm_target is not None else ""))
         command = [
             binary,
             f"--config.file={config}",
@@ -145,7 +145,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory, vllm: VllmServer | None) -> 
     otlp = OtlpReceiver() if otlp_proto_available() else None
     tracing = ["--otlp-endpoint", otlp.endpoint] if otlp is not None else []
     service = ServiceProcess(tmp, *tracing, env=OTLP_TEST_ENV)
-    vllm_target = f"127.0.0.1:{vllm.port}" if vllm is not None else None
+    # vLLM's pod as the bundle's PodMonitor scrapes it: its /metrics, and MMOBS_METRICS_PORT (the engine's series).
+    vllm_target = (
+        None if vllm is None else [f"127.0.0.1:{vllm.port}", f"127.0.0.1:{vllm.extra_env['MMOBS_METRICS_PORT']}"]
+    )
     prometheus = PrometheusProcess(tmp, f"127.0.0.1:{service.port}", vllm_target)
     try:
         # Samples from before the traffic, so every rate() has a baseline.

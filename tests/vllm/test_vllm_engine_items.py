@@ -16,15 +16,13 @@ from prometheus_client import CollectorRegistry
 from mmobs.vllm.engine_items.item_counter import IdentifierIndex, ItemCounter, identifier_format, preprocess_add_request
 from mmobs.vllm.engine_items.item_metrics import EngineItemMetrics
 
-torch = pytest.importorskip("torch")
-inputs = pytest.importorskip("vllm.multimodal.inputs")
-
 KEY = "9b79dc7cbc4434343db1eae2f488622cb4be8613482f688d8a60a49c2720df1a"
 OTHER = "0" * 64
 
 
 def feature(identifier: str, *, nbytes: int | None = 64, modality: str = "image", length: int = 4) -> Any:
     """An item as the engine receives it: with ``nbytes`` of tensors, or none (the sender's cache held it)."""
+    inputs = pytest.importorskip("vllm.multimodal.inputs")  # here, not at collection: other environments collect it
     data = None if nbytes is None else inputs.MultiModalKwargsItem.dummy(nbytes)
     return inputs.MultiModalFeatureSpec(
         data=data, modality=modality, identifier=identifier, mm_position=inputs.PlaceholderRange(offset=5, length=length),

@@ -293,7 +293,11 @@ def _guard_refusal(data: bytes) -> str | None:
 def test_two_api_servers_sum_exactly_and_log_json(vllm_servers_json: VllmServer) -> None:
     server = vllm_servers_json
     assert len(server.api_server_pids()) == 2
-    assert {key: value for key, value in server.initial.items() if value and key[0] != "mmobs_hasher_info"} == {}
+    # The info series are 1 from the start; with two API servers vLLM's /metrics reads every process's series
+    # (its PROMETHEUS_MULTIPROC_DIR), the engine core's front_end_info among them.
+    info = ("mmobs_hasher_info", "mmobs_vllm_front_end_info")
+    assert {key: value for key, value in server.initial.items() if value and key[0] not in info} == {}
+    assert server.initial[series("mmobs_vllm_front_end_info", front_end="python")] == 1.0
     requests = 8
     sampled = drift_sampled([BAD_EXIF_JPEG], "0")[0]
     expected = Counter()

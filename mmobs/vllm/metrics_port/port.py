@@ -49,9 +49,9 @@ def metrics_port() -> int | None:
 def serve_metrics_port(hooked: bool, read_by_vllm: bool) -> str | None:
     """Serve the port (its first process) or answer it (the others, where ``hooked``); what the start-up line says.
 
-    A process whose series vLLM's ``/metrics`` already serves (``read_by_vllm``: a Python API server) adds
-    none of its own to the port, so that no series is scraped twice: the port carries what ``/metrics``
-    does not.
+    A process whose series vLLM's ``/metrics`` already serves (``read_by_vllm``: a Python API server, or any
+    process when ``--api-server-count`` above 1 shares vLLM's ``PROMETHEUS_MULTIPROC_DIR``) adds none of its
+    own to the port, so that no series is scraped twice: the port carries what ``/metrics`` does not.
     """
     global _started_in
     port = metrics_port()
