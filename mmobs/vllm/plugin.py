@@ -40,7 +40,7 @@ module                                         wraps
 
 With vLLM's Rust front end (``VLLM_USE_RUST_FRONTEND=1``) only the engine core's feature applies:
 ``vllm-rs`` runs the API server's path in Rust (:mod:`mmobs.vllm.front_ends`), and each process says
-so (:mod:`mmobs.vllm.startup_line`). ``MMOBS_METRICS_PORT`` serves every process's series
+so (:mod:`mmobs.vllm.startup_line`). ``MMOBS_METRICS_PORT`` serves the series no vLLM ``/metrics`` reads
 (:mod:`mmobs.vllm.metrics_port`).
 
 Every feature but the hasher's hooks declines alone, with one line: on a vLLM
@@ -69,8 +69,9 @@ from mmobs.observability.metrics import multiprocess_dir
 from mmobs.observability.stdlib_events import log_events_to_stdlib
 from mmobs.releases import keyed_as
 from mmobs.vllm.decode_free_hits import decode_skip
+from mmobs.vllm.engine_items.item_metrics import METRIC_NAMES as ENGINE_ITEM_SERIES
 from mmobs.vllm.features import FEATURES
-from mmobs.vllm.front_ends import FrontEnd, process_role, running_front_end
+from mmobs.vllm.front_ends import FrontEnd, Role, process_role, running_front_end
 from mmobs.vllm.metrics_port.port import serve_metrics_port
 from mmobs.vllm.planning import Applied, Planning, plan_features
 from mmobs.vllm.shape import ShapeMismatch, vllm_version
@@ -129,10 +130,7 @@ def register() -> None:
             set_hasher_info(metrics_for())
         # One log stream: mmobs's events become records of vLLM's logger tree (while structlog is unconfigured).
         log_events_to_stdlib(LOGGER.name)
-        # What vLLM's own /metrics reads: its Python API server's registry, and with --api-server-count above 1
-        # every process's (its PROMETHEUS_MULTIPROC_DIR). The port serves the rest, so no series is scraped twice.
-        read_by_vllm = front_end == "python" and (role == "API server" or multiprocess_dir() is not None)
-        served = serve_metrics_port(hooked=bool(_applied), read_by_vllm=read_by_vllm)
+        served = serve_metrics_port(hooked=bool(_applied), families=_port_series(role, front_end))
         say(logging.INFO, "%s", startup_line(planned, role, front_end, served))
 
 
@@ -147,6 +145,20 @@ def _fingerprint_in_the_running_release(front_end: FrontEnd) -> None:
         key_with_release(keyed_as(vllm_version()), front_end)
     except InvalidOptionError:  # older than the oldest supported: the hasher's hooks declined before this
         key_with_release(None, front_end)
+
+
+def _port_series(role: Role, front_end: FrontEnd) -> frozenset[str]:
+    """The series this process adds to ``MMOBS_METRICS_PORT``: what no vLLM ``/metrics`` reads, and nothing else.
+
+    The engine core's item counts (and, under the Rust front end, whose ``/metrics`` reads no Python registry,
+    its fingerprint). Every other process's series stay where vLLM serves them: a Python API server's on its
+    ``/metrics``; every process's when ``--api-server-count`` above 1 shares vLLM's ``PROMETHEUS_MULTIPROC_DIR``.
+    The hasher's series of the engine core and the workers, which only vLLM's dummy inputs reach, stay off the
+    port. So no series is scraped twice.
+    """
+    if role != "engine core" or (front_end == "python" and multiprocess_dir() is not None):
+        return frozenset()
+    return ENGINE_ITEM_SERIES | ({"mmobs_hasher_info"} if front_end == "rust" else frozenset())
 
 
 def unregister() -> None:

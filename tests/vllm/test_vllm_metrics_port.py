@@ -28,13 +28,27 @@ def process_registry(fallbacks: float, entries: float, seconds: float) -> Collec
     return registry
 
 
-def test_own_series_are_mmobs_series_only() -> None:
-    text = own_series(process_registry(1, 2, 0.5)).decode()
+FAMILIES = frozenset(
+    {
+        "mmobs_exif_fallback_total",
+        "mmobs_vllm_engine_mm_index_entries",
+        "mmobs_hasher_info",
+        "mmobs_hash_duration_seconds",
+    }
+)
+
+
+def test_a_process_adds_the_families_it_is_asked_for_and_only_mmobs_series() -> None:
+    registry = process_registry(1, 2, 0.5)
+    text = own_series(registry, FAMILIES | {"vllm:prompt_tokens_total"}).decode()
     assert "mmobs_exif_fallback_total" in text and "vllm:prompt_tokens" not in text
+    only = parse_samples(own_series(registry, {"mmobs_vllm_engine_mm_index_entries"}).decode())
+    assert only == {series("mmobs_vllm_engine_mm_index_entries"): 2}
+    assert own_series(registry, frozenset()) == b""
 
 
 def test_counters_histograms_and_gauges_sum_across_processes_and_info_keeps_one() -> None:
-    texts = [own_series(process_registry(1, 2, 0.05)), own_series(process_registry(3, 5, 0.5))]
+    texts = [own_series(process_registry(1, 2, 0.05), FAMILIES), own_series(process_registry(3, 5, 0.5), FAMILIES)]
     registry = CollectorRegistry()
     registry.register(MergedCollector(lambda: texts))
     found = parse_samples(generate_latest(registry).decode())

@@ -93,7 +93,7 @@ def test_each_process_says_what_it_offers_and_none_claims_an_api_server(rust_wit
                                            "uuid_checks", "front_end"))  # fmt: skip
     assert set(FIRST_PROVEN) - set(no_place.split(", ")) == {"engine_items"}
     assert lines["MainProcess"].startswith("mmobs (supervisor, Rust front end): offering nothing here (vLLM 0.32.0")
-    assert lines["MainProcess"].endswith(f"every process's series on port {port}"), lines
+    assert lines["MainProcess"].endswith(f"port {port} serves the engine core's series"), lines
     assert lines["EngineCore"].startswith(
         "mmobs (engine core, Rust front end): counting the multimodal items the engine core receives"
     )

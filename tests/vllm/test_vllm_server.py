@@ -90,7 +90,7 @@ def test_the_plugin_loads_in_every_vllm_process(vllm_server: VllmServer) -> None
     assert int(api["pid"]) == vllm_server.process.pid and api["level"] == "INFO"
     assert re.search(r"; \d+ attributes wrapped \(.*ImageMediaIO\.load_bytes.*\); guard on, fast keys off, "
                      r"decode-free hits on, cache drift healed, uuid conflicts refused, front-end stages timed; "
-                     r"the other processes' series on port \d+$", api["message"]), api["message"]  # fmt: skip
+                     r"port \d+ serves the engine core's series$", api["message"]), api["message"]  # fmt: skip
     engines = [
         m for m in map(VLLM_LINE.match, vllm_server.log_lines()) if m and "mmobs (engine process)" in m["message"]
     ]
@@ -100,7 +100,7 @@ def test_the_plugin_loads_in_every_vllm_process(vllm_server: VllmServer) -> None
     said = {m["process"]: m["message"] for m in engines}
     assert said["EngineCore"].endswith(f"guard on, fast keys off, engine items on; its series on port {port}"), said
     workers = [message for process, message in said.items() if process.startswith("VllmWorker")]
-    assert all(m.endswith(f"guard on, fast keys off; its series on port {port}") for m in workers), said
+    assert all(m.endswith(f"guard on, fast keys off; nothing of its own for port {port}") for m in workers), said
     assert series("mmobs_exif_fallback_total", kind="image", exception="SyntaxError") in vllm_server.initial
     assert "not shaped as this plugin expects" not in vllm_server.logs()
 
@@ -310,6 +310,11 @@ def test_two_api_servers_sum_exactly_and_log_json(vllm_servers_json: VllmServer)
         assert status == 200
         ids.append(request_id)
     moved = delta(before, server.samples())
+    # The engine core's counts reach this /metrics through vLLM's PROMETHEUS_MULTIPROC_DIR (several API servers).
+    engine = {key: moved.pop(key) for key in list(moved) if key[0].startswith("mmobs_vllm_engine")}
+    assert engine[series("mmobs_vllm_engine_mm_items_total", modality="image", key_format="content")] == requests
+    # vLLM keeps no sender-side cache with several API servers: every send carried the tensors again.
+    assert engine[series("mmobs_vllm_engine_mm_resent_items_total", modality="image")] >= requests - 1
     assert comparable(moved) == expected
     # Each API server decoded that JPEG at most once (its own cache and index); every other send was a hit.
     decoded_by = moved.get(series("mmobs_vllm_decoded_index_entries"), 0)

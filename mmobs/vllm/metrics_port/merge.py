@@ -7,7 +7,7 @@ process's own), except an ``*_info`` gauge, whose value is 1 wherever it is set:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -20,17 +20,22 @@ PREFIX = "mmobs_"
 _Key = tuple[str, tuple[tuple[str, str], ...]]
 
 
-def own_series(registry: CollectorRegistry) -> bytes:
-    """The ``mmobs_*`` families of ``registry``, in the text format (what a peer answers)."""
-    return generate_latest(_Filtered(registry))
+def own_series(registry: CollectorRegistry, families: Collection[str]) -> bytes:
+    """The ``families`` of ``registry`` (named as on the wire: counters with ``_total``), in the text format
+    (what a process adds to the port)."""
+    return generate_latest(_Filtered(registry, families)) if families else b""
 
 
 class _Filtered(Collector):
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
+    def __init__(self, registry: CollectorRegistry, families: Collection[str]) -> None:
+        self.registry, self.families = registry, families
 
     def collect(self) -> Iterator[Metric]:
-        return (family for family in self.registry.collect() if family.name.startswith(PREFIX))
+        for family in self.registry.collect():
+            if family.name.startswith(PREFIX) and (
+                family.name in self.families or f"{family.name}_total" in self.families
+            ):
+                yield family
 
 
 def merged(texts: Iterable[bytes]) -> list[Metric]:

@@ -46,25 +46,25 @@ def metrics_port() -> int | None:
     return None
 
 
-def serve_metrics_port(hooked: bool, read_by_vllm: bool) -> str | None:
+def serve_metrics_port(hooked: bool, families: frozenset[str]) -> str | None:
     """Serve the port (its first process) or answer it (the others, where ``hooked``); what the start-up line says.
 
-    A process whose series vLLM's ``/metrics`` already serves (``read_by_vllm``: a Python API server, or any
-    process when ``--api-server-count`` above 1 shares vLLM's ``PROMETHEUS_MULTIPROC_DIR``) adds none of its
-    own to the port, so that no series is scraped twice: the port carries what ``/metrics`` does not.
+    ``families`` are the series this process adds to the port: those no vLLM ``/metrics`` reads (the engine
+    core's). A Python API server's stay on vLLM's ``/metrics``, and so does every process's when
+    ``--api-server-count`` above 1 shares vLLM's ``PROMETHEUS_MULTIPROC_DIR``: no series is scraped twice.
     """
     global _started_in
     port = metrics_port()
     if port is None or _started_in == os.getpid():
         return None
     _started_in = os.getpid()
-    own = (lambda: b"") if read_by_vllm else functools.partial(own_series, REGISTRY)
+    own = functools.partial(own_series, REGISTRY, families)
     peers = os.environ.get(PEERS_DIR_ENV)
     if peers and Path(peers).is_dir():
-        if not hooked:
+        if not (hooked and families):
             return f"nothing of its own for port {port}"
         serve_peer(Path(peers), {"metrics": own, "items": _own_items})
-        return f"its series on port {port}" if not read_by_vllm else f"its series on vLLM's /metrics, not port {port}"
+        return f"its series on port {port}"
     directory = Path(tempfile.mkdtemp(prefix="mmobs-metrics-"))
     atexit.register(shutil.rmtree, directory, True)
     from mmobs.asgi.metrics_server import start_metrics_server
@@ -79,7 +79,7 @@ def serve_metrics_port(hooked: bool, read_by_vllm: bool) -> str | None:
             "but vLLM's /metrics", METRICS_PORT_ENV, port, error)  # fmt: skip
         return None
     os.environ[PEERS_DIR_ENV] = str(directory)  # vLLM's processes started from here on answer the port
-    return f"the other processes' series on port {port}" if read_by_vllm else f"every process's series on port {port}"
+    return f"port {port} serves the engine core's series"
 
 
 def _render(directory: Path, own: Callable[[], bytes], accept: str | None) -> tuple[bytes, str]:
