@@ -61,7 +61,7 @@ def item(number: int) -> MultiModalFeatureSpec:
 def full_counter() -> ItemCounter:
     counter = ItemCounter("rust", DEFAULT_INDEX_ENTRIES, EngineItemMetrics(CollectorRegistry()))
     for number in range(DEFAULT_INDEX_ENTRIES):
-        counter.index.seen_before(f"{10**9 + number:064x}")
+        counter.index.put(f"{10**9 + number:064x}", None)
     return counter
 
 

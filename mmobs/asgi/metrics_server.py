@@ -7,6 +7,8 @@ exposition (content negotiated, multiprocess-aware, like ``/metrics`` in the
 service) and, when a token is set, requires ``Authorization: Bearer <token>``
 (compared in constant time). Connections idle for 10 seconds are closed and
 at most 32 are served at once, so the port cannot be held open by idle sockets.
+The vLLM plugin's port (:mod:`mmobs.vllm.metrics_port`) gives it an exposition of its own (several
+processes' series, summed) and a JSON page, ``/debug/mm-items``.
 """
 
 from __future__ import annotations

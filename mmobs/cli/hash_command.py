@@ -17,9 +17,10 @@ from typing import Any, TextIO
 
 from mmobs.errors import BadImageError
 from mmobs.events import RecordingObserver, get_observer, observing
-from mmobs.keys.from_bytes import key_image
+from mmobs.keys.from_bytes import Verify, key_image
 from mmobs.keys.hashing import hash_in_format
 from mmobs.keys.loader import ImageMediaIO
+from mmobs.keys.raw_bytes import FrontEnd
 from mmobs.keys.refusals import report_bad_image
 from mmobs.observability.log_fields import safe_text
 
@@ -49,7 +50,7 @@ def _hash_file(path: str, algorithm: str, io: ImageMediaIO) -> dict[str, Any]:
 
 
 def _key_file(
-    path: str, algorithm: str, io: ImageMediaIO, front_end: str = "python", verify: str = "header"
+    path: str, algorithm: str, io: ImageMediaIO, front_end: FrontEnd = "python", verify: Verify = "header"
 ) -> dict[str, Any]:
     """Key one file from its header, as ``POST /v1/keys`` would; a dict for printing.
 
@@ -62,7 +63,7 @@ def _key_file(
         raise report_bad_image(BadImageError("too_large", message))
     with open(path, "rb") as handle:
         data = handle.read(io.max_bytes + 1)
-    found = key_image(io, data, algorithm, verify=verify, front_end=front_end)  # type: ignore[arg-type]
+    found = key_image(io, data, algorithm, verify=verify, front_end=front_end)
     return {
         "file": path,
         "mm_hash": found.key,
@@ -105,7 +106,7 @@ def run_hash(args: argparse.Namespace) -> int:
     for done, path in enumerate(args.files, 1):
         try:
             if args.no_decode or args.front_end == "rust":
-                verify = "header" if args.no_decode else "decode"
+                verify: Verify = "header" if args.no_decode else "decode"
                 result = _key_file(path, args.algorithm, io, args.front_end, verify)
             else:
                 result = _hash_file(path, args.algorithm, io)

@@ -40,7 +40,7 @@ def startup_line(
         return (
             f"mmobs ({role}, Rust front end): {offers} (vLLM {vllm_version()}, {standing(vllm_version())}); {wrapped}; "
             f"vllm-rs serves the API, loads and keys images, so there is no place for {', '.join(no_place)} or "
-            f"{_PRESET};{where or ' MMOBS_METRICS_PORT is unset, so no scrape reads the engine core'}"
+            f"{_PRESET};{where or ' no MMOBS_METRICS_PORT is served, so no scrape reads the engine core'}"
         )
     switches = [
         f"guard {'on' if enabled(GUARD_ENV) else 'off'}",

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from mmobs.vllm.engine_items.item_counter import IdentifierIndex, ItemCounter, identifier_format, preprocess_add_request
+from mmobs.vllm.engine_items.item_counter import ItemCounter, identifier_format, preprocess_add_request
 from mmobs.vllm.engine_items.item_metrics import EngineItemMetrics
 
 KEY = "9b79dc7cbc4434343db1eae2f488622cb4be8613482f688d8a60a49c2720df1a"
@@ -78,21 +78,18 @@ def test_a_modality_outside_the_closed_set_is_counted_as_other() -> None:
 
 
 def test_the_index_forgets_the_least_recently_seen_first_and_stays_bounded() -> None:
-    index = IdentifierIndex(capacity=2)
-    assert [index.seen_before(key) for key in ("a", "b", "a", "c", "b", "a")] == [
-        False,
-        False,
-        True,
-        False,
-        False,
-        False,
-    ]
-    assert len(index) == 2
+    items, registry = counter(capacity=2)
+    for identifier in ("a", "b", "a", "c", "b", "a"):  # "b" forgotten when "c" came; then "a" when "b" did
+        items.count("r", [feature(identifier)])
+    assert value(registry, "mmobs_vllm_engine_mm_resent_items_total", modality="image") == 1  # the second "a"
+    assert value(registry, "mmobs_vllm_engine_mm_index_entries") == 2
     long_uuid = "u" * 10_000
-    assert not index.seen_before(long_uuid) and index.seen_before(long_uuid)  # remembered by its digest
-    assert all(len(key) <= 128 for key in index._seen)
-    nothing = IdentifierIndex(capacity=0)
-    assert not nothing.seen_before("a") and not nothing.seen_before("a") and len(nothing) == 0
+    items.count("r", [feature(long_uuid), feature(long_uuid)])  # remembered by its digest, re-sent once
+    assert value(registry, "mmobs_vllm_engine_mm_resent_items_total", modality="image") == 2
+    nothing, registry = counter(capacity=0)
+    nothing.count("r", [feature(KEY), feature(KEY)])
+    assert value(registry, "mmobs_vllm_engine_mm_resent_items_total", modality="image") == 0
+    assert value(registry, "mmobs_vllm_engine_mm_index_entries") == 0
 
 
 def test_the_recent_items_are_bounded_and_long_identifiers_cut() -> None:

@@ -163,6 +163,6 @@ def test_the_rust_front_ends_line_says_what_the_process_offers_and_names_what_ha
         "; nothing wrapped; vllm-rs serves the API, loads and keys images, so there is no place for decode_free_hits, "
         "keys, loader, context, cache_drift, uuid_checks, front_end or the preset" in line
     )
-    assert line.endswith("; MMOBS_METRICS_PORT is unset, so no scrape reads the engine core")
+    assert line.endswith("; no MMOBS_METRICS_PORT is served, so no scrape reads the engine core")
     served = startup_line.startup_line(nothing, role, "rust", "its series on port 9400")  # type: ignore[arg-type]
     assert served.endswith("the preset (--middleware mmobs.vllm.Middleware); its series on port 9400")

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from mmobs.vllm.cache_drift.drift import BoundedMap
 from mmobs.vllm.engine_items.item_metrics import MODALITIES, EngineItemMetrics, KeyFormatLabel, engine_item_metrics
 from mmobs.vllm.front_ends import FrontEnd
 from mmobs.vllm.startup_log import say
@@ -80,27 +81,9 @@ class ItemSeen:
         return asdict(self)
 
 
-class IdentifierIndex:
-    """The identifiers seen, least recently seen forgotten first; ``capacity`` 0 remembers none."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
-
-    def seen_before(self, identifier: str) -> bool:
-        """Whether ``identifier`` was seen before (it is remembered as seen now either way)."""
-        key = identifier if len(identifier) <= _KEPT_CHARS else hashlib.sha256(identifier.encode()).hexdigest()
-        if key in self._seen:
-            self._seen.move_to_end(key)
-            return True
-        if self.capacity:
-            self._seen[key] = None
-            if len(self._seen) > self.capacity:
-                self._seen.popitem(last=False)
-        return False
-
-    def __len__(self) -> int:
-        return len(self._seen)
+def _index_key(identifier: str) -> str:
+    """What the index remembers an identifier by: itself, or the digest of one longer than a key (a client's uuid)."""
+    return identifier if len(identifier) <= _KEPT_CHARS else hashlib.sha256(identifier.encode()).hexdigest()
 
 
 class ItemCounter:
@@ -110,7 +93,8 @@ class ItemCounter:
         self.front_end = front_end
         self.metrics = engine_item_metrics() if metrics is None else metrics
         self.metrics.serving(front_end)
-        self.index = IdentifierIndex(capacity)
+        #: The identifiers seen, least recently seen forgotten first (``capacity`` 0 remembers none).
+        self.index: BoundedMap[str, None] = BoundedMap(capacity)
         self.recent: collections.deque[ItemSeen] = collections.deque(maxlen=RECENT_ITEMS)
         self._lock = threading.Lock()
 
@@ -127,7 +111,7 @@ class ItemCounter:
         key_format = identifier_format(identifier, self.front_end)
         self.metrics.item[modality, key_format].inc()
         data = feature.data
-        resent = self.index.seen_before(identifier) and data is not None
+        resent = self.index.put(_index_key(identifier), None) and data is not None
         shapes, values, nbytes = tensor_facts(data)
         if resent:
             self.metrics.resent[modality].inc()

@@ -41,8 +41,8 @@ def metrics_port() -> int | None:
         return None
     if raw.isdigit() and 0 < int(raw) < 65536:
         return int(raw)
-    say(logging.WARNING, "mmobs: %s=%r is not a port number (1 to 65535); mmobs's series are served nowhere "
-        "but vLLM's /metrics", METRICS_PORT_ENV, raw)  # fmt: skip
+    say(logging.WARNING, "mmobs: %s=%r is not a port number (1 to 65535); the engine core's series reach no "
+        "scrape", METRICS_PORT_ENV, raw)  # fmt: skip
     return None
 
 
@@ -75,8 +75,8 @@ def serve_metrics_port(hooked: bool, families: frozenset[str]) -> str | None:
             render=functools.partial(_render, directory, own), pages={ITEMS_PATH: functools.partial(_items, directory)},
         )  # fmt: skip
     except OSError as error:
-        say(logging.WARNING, "mmobs: %s=%d could not be served (%s); mmobs's series are served nowhere "
-            "but vLLM's /metrics", METRICS_PORT_ENV, port, error)  # fmt: skip
+        say(logging.WARNING, "mmobs: %s=%d could not be served (%s); the engine core's series reach no "
+            "scrape", METRICS_PORT_ENV, port, error)  # fmt: skip
         return None
     os.environ[PEERS_DIR_ENV] = str(directory)  # vLLM's processes started from here on answer the port
     return f"port {port} serves the engine core's series"
