@@ -29,8 +29,9 @@ from tests.support import ServiceProcess, data_url, golden, images, metric_value
 
 BAD_HEADER_JPEG = golden.input_bytes("bad-exif-header.jpg")
 PHOTO_JPEG = golden.input_bytes("photo.jpg")
-_RAMP = (np.add.outer(np.arange(4000), np.arange(4000)) % 251).astype(np.uint8)[:3000]
-#: 12 MP in 150 KB, ~0.08 s of CPU and 72 MB: over a 0.05 s budget, under 128 MiB.
+_RAMP = (np.add.outer(np.arange(6000), np.arange(6000)) % 251).astype(np.uint8)
+#: 36 MP in 440 KB, ~0.15 s of CPU and 108 MB: three times a 0.05 s budget (a 12 MP one, at ~0.05 s,
+#: once fitted it on a fast machine), well under the default memory budget.
 SLOW_PNG = images.encode(Image.fromarray(np.stack([_RAMP, _RAMP, _RAMP // 2], -1)), "PNG")
 #: 49 MP of one colour in 250 KB: 147 MB of pixels, over a 64 MiB budget.
 FLAT_PNG = images.encode(Image.new("RGB", (7000, 7000), (9, 9, 9)), "PNG")
