@@ -130,6 +130,7 @@ FIRST_PROVEN: dict[str, str] = {
     "uuid_checks": "0.32.0",
     "front_end": "0.32.0",
     "engine_items": "0.32.0",
+    "render": "0.32.0",
 }
 
 
@@ -163,6 +164,10 @@ class VllmModules:
     base_serving: str = "vllm.entrypoints.generate.base.serving"
     error_handlers: str = "vllm.entrypoints.serve.exception_handling.handlers.vllm_error"
     exceptions: str = "vllm.exceptions"
+    # The render endpoints of `vllm serve --enable-scale-out`.
+    render_serving: str = "vllm.entrypoints.scale_out.render.serving"
+    serve_protocol: str = "vllm.entrypoints.serve.engine.protocol"
+    parse: str = "vllm.multimodal.parse"
 
 
 VLLM_MODULES = VllmModules()

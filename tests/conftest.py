@@ -182,6 +182,7 @@ def vllm_server(context: ServerContext) -> VllmServer:
             args=[
                 *MMOBS_FLAGS,
                 "--enable-log-requests",
+                "--enable-scale-out",  # its render endpoints, answered as vLLM alone's (test_vllm_render_keys_only.py)
                 "--allowed-local-media-path",
                 str(context.media_dir),
                 *tracing,

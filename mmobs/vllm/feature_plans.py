@@ -195,6 +195,13 @@ def front_end_plan(planning: Planning) -> list[Hook]:
     return Hook.from_plan(plan_apart.front_end_plan())
 
 
+def render_plan(planning: Planning) -> list[Hook]:
+    """The render endpoints counted and guarded, and keys-only on request (:mod:`mmobs.vllm.render`)."""
+    from mmobs.vllm.render import render_plan as plan_apart
+
+    return Hook.from_plan(plan_apart.render_plan(planning.skipper))
+
+
 def engine_items_plan(planning: Planning) -> list[Hook]:
     """Each request's multimodal items counted where the engine core first sees them (:mod:`mmobs.vllm.engine_items`).
 

@@ -33,6 +33,13 @@ def _front_end_state(hooks: Sequence[Hook]) -> str:
     return "timed" if any(hook.name == "process_inputs" for hook in hooks) else "off"
 
 
+def _render_state(hooks: Sequence[Hook]) -> str:
+    """Keys-only (the processor's step wrapped), full (counted and guarded), or off."""
+    if not hooks:
+        return "off"
+    return "keys-only" if any(hook.name == "_cached_apply_hf_processor" for hook in hooks) else "full"
+
+
 FEATURES: tuple[Feature, ...] = (
     Feature(
         "decode_free_hits",
@@ -74,6 +81,14 @@ FEATURES: tuple[Feature, ...] = (
         processes="API server",
         shown_as="front-end stages",
         state=_front_end_state,
+    ),
+    Feature(
+        "render",
+        "the render endpoints' counts, guard and keys-only answers",
+        feature_plans.render_plan,
+        processes="API server",
+        shown_as="render",
+        state=_render_state,
     ),
     Feature(
         "engine_items",

@@ -11,7 +11,9 @@ that imported it by name, Molmo2's included)
 =============================================  =====================================
 
 With the guard (``MMOBS_VLLM_GUARD=1``) mmobs's structural checks run before
-vLLM decodes; with decode-free hits (:mod:`mmobs.vllm.decode_free_hits.decode_skip`, on by
+vLLM decodes, and a decode error vLLM would answer 500 is a 400. A render
+request (a router's, which must never be answered 500) always gets the second,
+and of the first the pixel-bomb refusal; with decode-free hits (:mod:`mmobs.vllm.decode_free_hits.decode_skip`, on by
 default) bytes this process already decoded, whose key the processor cache
 holds, are not decoded again. Each load and each data URL's base64 is timed
 (:mod:`mmobs.vllm.front_end.stages`).
@@ -36,6 +38,7 @@ from mmobs.keys.refusals import bad_image_from_pillow, empty_image_error, report
 from mmobs.observability import tracing
 from mmobs.vllm.decode_free_hits import decode_skip
 from mmobs.vllm.front_end import stages as front_end
+from mmobs.vllm.render import render_mode
 from mmobs.vllm.shape import vllm_max_pixels
 
 
@@ -86,18 +89,23 @@ def load_bytes(
                     live.set_attribute("mmobs.outcome", outcome)
 
     def checked_load(self: Any, data: bytes) -> Any:
-        if guard:
+        rendering = render_mode.rendering()
+        if guard or rendering:
             try:
                 check_image_bytes(data, max_pixels=vllm_max_pixels())
             except BadImageError as error:
-                raise _named(report_bad_image(error), vllm_message(error, data)) from None
+                # A render request without the guard is refused only where the decode would allocate what
+                # the declared size says (a pixel bomb, which vLLM lets escape as a 500); a merely costly
+                # image decodes as vLLM decodes it, so that the render answers as vLLM alone's.
+                if guard or error.reason == "too_many_pixels":
+                    raise _named(report_bad_image(error), vllm_message(error, data)) from None
         try:
             return decode(self, data)
         except MemoryError:
             raise
         except Exception as error:
             refusal = report_bad_image(_refusal(error) if data else empty_image_error())
-            if guard and not isinstance(error, ValueError):
+            if (guard or rendering) and not isinstance(error, ValueError):
                 raise _named(refusal) from error
             mark_reported(error, refusal.reason)  # for _load_data_url, which this call is inside of, and the trace
             raise
@@ -123,12 +131,14 @@ def load_data_url(original: Callable[..., Any], loader_class: type, *, guard: bo
         front_end.open_data_url()
         try:
             return original(self, url, media_io)
+        except MemoryError:
+            raise
         except Exception as error:
             if is_reported(error):
                 raise
             reason: BadImageReason = "bad_base64" if isinstance(error, binascii.Error) else "bad_data_url"
             refusal = report_bad_image(BadImageError(reason, f"{type(error).__name__}: {error}"[:300]))
-            if guard and not isinstance(error, ValueError):
+            if (guard or render_mode.rendering()) and not isinstance(error, ValueError):
                 raise _named(refusal) from error
             raise
         finally:

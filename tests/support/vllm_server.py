@@ -91,10 +91,11 @@ def require_release_server(venv: Path, release: str) -> Path:
     return found
 
 
-def make_model(venv: Path, directory: Path) -> Path:
-    """The tiny model directory, written by ``scripts/make_tiny_vlm.py`` with the server's Python."""
+def make_model(venv: Path, directory: Path, script: str = "make_tiny_vlm.py") -> Path:
+    """The tiny model directory, written by ``scripts/<script>`` with the server's Python (Qwen2-VL by default;
+    ``make_tiny_llava.py`` writes a LLaVA)."""
     subprocess.run(
-        [str(venv / "bin" / "python"), str(ROOT / "scripts" / "make_tiny_vlm.py"), str(directory)],
+        [str(venv / "bin" / "python"), str(ROOT / "scripts" / script), str(directory)],
         check=True,
         capture_output=True,
         timeout=300,
@@ -103,7 +104,10 @@ def make_model(venv: Path, directory: Path) -> Path:
 
 
 class VllmServer(ManagedProcess):
-    """``vllm serve MODEL --load-format dummy ... [--middleware mmobs.vllm.Middleware]`` on a loopback port."""
+    """``vllm serve MODEL --load-format dummy ... [--middleware mmobs.vllm.Middleware]`` on a loopback port.
+
+    ``subcommand=("launch", "render")`` starts vLLM's GPU-less render server instead (no engine).
+    """
 
     def __init__(
         self,
@@ -115,6 +119,7 @@ class VllmServer(ManagedProcess):
         env: dict[str, str] | None = None,
         name: str = "vllm serve",
         timeout: float = 240.0,
+        subcommand: Sequence[str] = ("serve",),
     ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.model = str(model)
@@ -147,7 +152,7 @@ class VllmServer(ManagedProcess):
             self.port = free_port()
             self.url = f"http://127.0.0.1:{self.port}"
             self.command = [
-                str(venv / "bin" / "vllm"), "serve", self.model, *SERVE_FLAGS,
+                str(venv / "bin" / "vllm"), *subcommand, self.model, *SERVE_FLAGS,
                 "--host", "127.0.0.1", "--port", str(self.port), *args,
             ]  # fmt: skip
             super().__init__(name, self.command, directory / f"vllm-{self.port}.log", env=child_env, cwd=directory)

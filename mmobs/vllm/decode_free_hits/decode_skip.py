@@ -45,6 +45,7 @@ from PIL import Image
 from mmobs.events import TransposeFailure, get_observer, observing
 from mmobs.vllm.decode_free_hits.decode_metrics import DecodeSkipMetrics, decode_skip_metrics
 from mmobs.vllm.decode_free_hits.lazy_image import ImageIdRead, LazyImage, lazy_class
+from mmobs.vllm.render import render_mode
 from mmobs.vllm.shape import vllm_max_pixels
 from mmobs.vllm.startup_log import say, whole_number_env
 
@@ -181,6 +182,10 @@ class DecodeSkipper:
         self.metrics.index_size(0, 0)
         #: The processor caches of this process (P0: vLLM's sender cache, or its processor-only cache).
         self.caches: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: For a keys-only render (:mod:`mmobs.vllm.render`): first-seen images' records from their header, and
+        #: the count of where each image's size came from (``index``, ``header`` or ``decode``).
+        self.header_records: Callable[[Any, bytes], Record | None] | None = None
+        self.render_images: Callable[[str], None] | None = None
         self._declined: str | None = None
         self._said = False
         self._pending: OrderedDict[int, _Pending] = OrderedDict()
@@ -205,16 +210,28 @@ class DecodeSkipper:
         """Whether a processor cache of this process holds one of ``keys`` (no LRU move, no statistics)."""
         return any(cache.is_cached_item(key) for cache in list(self.caches) for key in keys)
 
+    def _unread(self, record: Record) -> bool:
+        """Whether nothing will read the pixels: a processor cache holds a key, or a keys-only render asks."""
+        return render_mode.keys_only() or self.held(record.keys)
+
     # -- the loader ---------------------------------------------------------------------------------
 
     def load(self, original: Callable[[Any, bytes], Any], loader: Any, data: bytes) -> Any:
-        """``ImageMediaIO.load_bytes(loader, data)``, or a decode-free stand-in when the cache holds its key."""
+        """``ImageMediaIO.load_bytes(loader, data)``, or a decode-free stand-in where nothing reads its pixels."""
         key = self._index_key(loader, data)
         if key is None:
             return original(loader, data)
         record = self.index.get(key)
-        if record is not None and record.keys and self.held(record.keys) and _within_pixel_limit(record):
+        if record is not None and record.keys and self._unread(record) and within_pixel_limit(record):
+            self._rendered("index")
             return self._stand_in(original, loader, data, record)
+        if self.header_records is not None and render_mode.keys_only():
+            record = self.header_records(loader, data)
+            if record is not None:
+                self.index.put(key, record)  # keyed in place: the next request finds it with its key
+                self._rendered("header")
+                return self._stand_in(original, loader, data, record)
+            self._rendered("decode")
         load = _Load()
         token = _current_load.set(load)
         started = thread_time()
@@ -224,6 +241,10 @@ class DecodeSkipper:
             _current_load.reset(token)
         self._remember(result, key, load, thread_time() - started)
         return result
+
+    def _rendered(self, source: str) -> None:
+        if self.render_images is not None and render_mode.keys_only():
+            self.render_images(source)
 
     def _index_key(self, loader: Any, data: bytes) -> IndexKey | None:
         if self._declined is not None or type(loader) is not self.loader_class:  # a custom loader: its own rules
@@ -322,7 +343,7 @@ def _add_key(record: Record, key: str) -> None:
     record.keys = (*record.keys, key)[-MAX_KEYS:]
 
 
-def _within_pixel_limit(record: Record) -> bool:
+def within_pixel_limit(record: Record) -> bool:
     """vLLM's pixel limit as it reads it now (an environment variable): else its loader refuses, in its words."""
     limit = vllm_max_pixels()
     width, height = record.open_size

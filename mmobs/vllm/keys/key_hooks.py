@@ -83,10 +83,7 @@ def image_id_bytes(image: Image.Image) -> bytes | None:
     if isinstance(image, LazyImage) and not image.decoded:
         found, error = image.next_image_id_read()
     else:
-        try:
-            found = _image_id_of(image.getexif())
-        except Exception as raised:  # noqa: BLE001 - tolerated by vLLM; reported here
-            found, error = None, raised
+        found, error = read_image_id(image)
         if item is not None:
             decode_skip.note_image_id_read(item.obj, found, error)
     if error is not None:
@@ -94,6 +91,14 @@ def image_id_bytes(image: Image.Image) -> bytes | None:
     if item is not None:
         item.image_id = found
     return found
+
+
+def read_image_id(image: Image.Image) -> tuple[bytes | None, BaseException | None]:
+    """What vLLM's tolerant ImageID read finds in ``image``: the UUID's bytes (or None), and what it swallowed."""
+    try:
+        return _image_id_of(image.getexif()), None
+    except Exception as raised:  # noqa: BLE001 - tolerated by vLLM; the caller reports it
+        return None, raised
 
 
 def _image_id_of(exif: Image.Exif) -> bytes | None:
