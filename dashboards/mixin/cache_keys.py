@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import metrics, vllm_cache, vllm_engine, vllm_front_end
+from . import metrics, vllm_cache, vllm_engine, vllm_front_end, vllm_render
 from .config import MixinConfig
 from .dashboard import dashboard, standard_variables
 from .panels import GridLine, layout, quantile_targets, stat, table, target, thresholds, timeseries
@@ -278,6 +278,7 @@ def build(config: MixinConfig) -> dict[str, Any]:
         *vllm_cache.lines(query),
         *vllm_front_end.lines(query),
         *vllm_engine.lines(query),
+        *vllm_render.lines(query),
     ]
     return dashboard(
         UID,

@@ -145,6 +145,18 @@ VLLM_ENGINE_ITEM_METRICS: frozenset[str] = frozenset(
      VLLM_ENGINE_INDEX_ENTRIES}
 )  # fmt: skip
 
+# -- mmobs on vLLM's render endpoints (mmobs/vllm/render/render_metrics.py) -------------------------------
+#: Render requests by endpoint, the mode they were answered in and why; where keys-only images got their size;
+#: the sizes remembered for items sent by uuid alone.
+VLLM_RENDER_REQUESTS = "mmobs_vllm_render_requests_total"
+VLLM_RENDER_IMAGES = "mmobs_vllm_render_images_total"
+VLLM_RENDER_INDEX_ENTRIES = "mmobs_vllm_render_index_entries"
+VLLM_RENDER_INDEX_BYTES = "mmobs_vllm_render_index_bytes"
+
+VLLM_RENDER_METRICS: frozenset[str] = frozenset(
+    {VLLM_RENDER_REQUESTS, VLLM_RENDER_IMAGES, VLLM_RENDER_INDEX_ENTRIES, VLLM_RENDER_INDEX_BYTES}
+)
+
 #: The metric the job/instance variables read their values from. Its children
 #: are created up front, so it exists from the first scrape of any mmobs process.
 VARIABLE_METRIC = MEDIA_KEYS

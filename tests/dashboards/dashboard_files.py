@@ -22,6 +22,7 @@ from mmobs.vllm.cache_drift.cache_metrics import METRIC_NAMES as CACHE_DRIFT_NAM
 from mmobs.vllm.decode_free_hits.decode_metrics import METRIC_NAMES as DECODE_SKIP_NAMES
 from mmobs.vllm.engine_items.item_metrics import METRIC_NAMES as ENGINE_ITEM_NAMES
 from mmobs.vllm.front_end.front_end_metrics import METRIC_NAMES as FRONT_END_NAMES
+from mmobs.vllm.render.render_metrics import METRIC_NAMES as RENDER_NAMES
 from mmobs.vllm.uuid_checks.uuid_metrics import METRIC_NAMES as UUID_CHECK_NAMES
 from tests.support import require_binary
 
@@ -50,7 +51,13 @@ VLLM_METRICS = frozenset(
 )
 #: mmobs's metrics: the hasher's and the middleware's, and the vLLM plugin's.
 METRIC_NAMES = (
-    HASHER_HTTP_NAMES | CACHE_DRIFT_NAMES | DECODE_SKIP_NAMES | UUID_CHECK_NAMES | FRONT_END_NAMES | ENGINE_ITEM_NAMES
+    HASHER_HTTP_NAMES
+    | CACHE_DRIFT_NAMES
+    | DECODE_SKIP_NAMES
+    | UUID_CHECK_NAMES
+    | FRONT_END_NAMES
+    | ENGINE_ITEM_NAMES
+    | RENDER_NAMES
 )
 RUNBOOK_URL = "https://github.com/mmobs/mmobs/blob/main/docs/runbooks/{}.md"
 SEVERITIES = frozenset({"critical", "warning", "info"})

@@ -108,7 +108,7 @@ def test_vllm_row_sits_on_the_cache_keys_dashboard() -> None:
     panels = board["panels"]
     rows = [i for i, p in enumerate(panels) if p["type"] == "row"]
     assert [panels[i]["title"] for i in rows] == [
-        "vLLM multimodal cache", "Multimodal front end", "Multimodal items at the engine",
+        "vLLM multimodal cache", "Multimodal front end", "Multimodal items at the engine", "Render for routers",
     ]  # fmt: skip
     row_index = rows[0]
     row = panels[row_index]

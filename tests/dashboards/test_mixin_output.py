@@ -24,6 +24,7 @@ from mmobs.vllm.cache_drift.cache_metrics import METRIC_NAMES as CACHE_DRIFT_NAM
 from mmobs.vllm.decode_free_hits.decode_metrics import METRIC_NAMES as DECODE_SKIP_NAMES
 from mmobs.vllm.engine_items.item_metrics import METRIC_NAMES as ENGINE_ITEM_NAMES
 from mmobs.vllm.front_end.front_end_metrics import METRIC_NAMES as FRONT_END_NAMES
+from mmobs.vllm.render.render_metrics import METRIC_NAMES as RENDER_NAMES
 from mmobs.vllm.uuid_checks.uuid_metrics import METRIC_NAMES as UUID_CHECK_NAMES
 from tests.dashboards.dashboard_files import (
     ALERTS,
@@ -101,6 +102,7 @@ def test_mixin_metric_names_are_mmobs_metric_names() -> None:
     assert mixin_metrics.VLLM_UUID_CHECK_METRICS == UUID_CHECK_NAMES
     assert mixin_metrics.VLLM_FRONT_END_METRICS == FRONT_END_NAMES
     assert mixin_metrics.VLLM_ENGINE_ITEM_METRICS == ENGINE_ITEM_NAMES
+    assert mixin_metrics.VLLM_RENDER_METRICS == RENDER_NAMES
     assert mixin_metrics.VLLM_METRICS == VLLM_METRICS
 
 

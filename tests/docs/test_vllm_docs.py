@@ -124,7 +124,9 @@ def test_the_serve_commands_are_what_the_servers_run(vllm_server: VllmServer) ->
     start = text_log.index(vllm_server.command[0])
     # The shared server also exports its traces to the tests' receiver (docs/vllm.md#traces): the page's
     # command is the server's without those settings.
-    command, env = _without_tracing(vllm_server.command), dict(vllm_server.extra_env)
+    # Its render endpoints are on too, for the render tests (docs/routers.md has that command).
+    command = [word for word in _without_tracing(vllm_server.command) if word != "--enable-scale-out"]
+    env = dict(vllm_server.extra_env)
     # It serves its engine core's series on a port of its own too (docs/vllm.md#the-rust-front-end).
     for name in (*OTLP_TEST_ENV, "MMOBS_VLLM_OPENMETRICS", "MMOBS_METRICS_PORT"):
         env.pop(name, None)

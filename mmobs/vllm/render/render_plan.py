@@ -7,6 +7,8 @@ processor's keys-only step only with ``MMOBS_VLLM_RENDER=keys``.
 
 from __future__ import annotations
 
+import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from mmobs.releases import VLLM_MODULES as VLLM
@@ -18,7 +20,7 @@ from mmobs.vllm.render.render_metrics import render_metrics
 from mmobs.vllm.render.render_mode import configured_mode
 from mmobs.vllm.render.size_rules import RuleChecks
 from mmobs.vllm.shape import Plan, ShapeMismatch, attribute, function, module
-from mmobs.vllm.startup_log import whole_number_env
+from mmobs.vllm.startup_log import say, whole_number_env
 
 if TYPE_CHECKING:
     from mmobs.vllm.decode_free_hits.decode_skip import DecodeSkipper
@@ -36,7 +38,12 @@ PROCESSOR_METHODS = (
 
 def render_plan(skipper: DecodeSkipper | None) -> Plan:
     """The hooks; with the switch on, the decode-free ``skipper`` (if planned) also sizes first-seen JPEGs."""
-    serving_class = attribute(module(VLLM.render_serving), "ServingRender")
+    try:
+        serving_module = importlib.import_module(VLLM.render_serving)
+    except ImportError as error:  # a vLLM installed without its serving dependencies cannot serve a render either
+        say(logging.INFO, "mmobs: vLLM's render endpoints cannot be imported here (%s); none to count", error)
+        return []
+    serving_class = attribute(serving_module, "ServingRender")
     calls = {
         "render_chat_request": ("chat", 3),
         "render_completion_request": ("completions", 3),
