@@ -25,6 +25,8 @@ from mmobs.vllm.engine_items.item_metrics import ENGINE_ITEM_METRICS
 from mmobs.vllm.engine_items.item_metrics import METRIC_NAMES as ENGINE_ITEM_METRIC_NAMES
 from mmobs.vllm.front_end.front_end_metrics import FRONT_END_METRICS
 from mmobs.vllm.front_end.front_end_metrics import METRIC_NAMES as VLLM_FRONT_END_METRIC_NAMES
+from mmobs.vllm.render.render_metrics import METRIC_NAMES as RENDER_METRIC_NAMES
+from mmobs.vllm.render.render_metrics import RENDER_METRICS
 from mmobs.vllm.uuid_checks.uuid_metrics import METRIC_NAMES as VLLM_UUID_METRIC_NAMES
 from mmobs.vllm.uuid_checks.uuid_metrics import UUID_CHECK_METRICS
 from tests.support.markdown import section
@@ -149,6 +151,7 @@ def test_the_readme_names_every_metric() -> None:
         | set(VLLM_UUID_METRIC_NAMES)
         | set(VLLM_FRONT_END_METRIC_NAMES)
         | set(ENGINE_ITEM_METRIC_NAMES)
+        | set(RENDER_METRIC_NAMES)
     )
     assert listed == declared, f"README lacks {sorted(declared - listed)}, names unknown {sorted(listed - declared)}"
 
@@ -187,6 +190,13 @@ def test_the_vllm_page_gives_every_engine_item_series_with_its_labels_and_help()
     assert documented == [(spec.name, spec.labels, spec.documentation) for spec in ENGINE_ITEM_METRICS]
 
 
+def test_the_routers_page_gives_every_render_series_with_its_labels_and_help() -> None:
+    text = section((DOCS / "routers.md").read_text(encoding="utf-8"), "## Metrics")
+    rows = re.findall(r"^\| `(mmobs_vllm_[a-z0-9_]+)(?:\{([a-z_, ]*)\})?` \| (.+) \|$", text, flags=re.MULTILINE)
+    documented = [(name, tuple(filter(None, labels.split(", "))), meaning) for name, labels, meaning in rows]
+    assert documented == [(spec.name, spec.labels, spec.documentation) for spec in RENDER_METRICS]
+
+
 def test_the_library_page_gives_every_metric_with_its_labels() -> None:
     rows = re.findall(r"^\| `(mmobs_[a-z_]+)` \|([^|]*)\|", (DOCS / "library.md").read_text(), flags=re.MULTILINE)
     documented = {name: tuple(_TICKED.findall(labels)) for name, labels in rows}
@@ -219,6 +229,7 @@ def test_the_release_table_of_the_vllm_page_is_what_the_plugin_reads() -> None:
     table = {cells[0].strip(): [cell.strip() for cell in cells[1:]] for cells in rows}
     features = [
         "keys", "loader", "context", "decode_free_hits", "cache_drift", "uuid_checks", "front_end", "engine_items",
+        "render",
     ]  # fmt: skip
     expected = {
         version: [

@@ -127,3 +127,28 @@ def reasons(server: VllmServer) -> dict[tuple[str, str, str], float]:
 
 def moved(before: dict[Any, float], after: dict[Any, float]) -> dict[Any, float]:
     return {key: value - before.get(key, 0.0) for key, value in after.items() if value != before.get(key, 0.0)}
+
+
+def assert_every_image_answered_alike(alone: VllmServer, keys: VllmServer) -> None:
+    """Every golden and corpus image, one per chat render: the keys-only answer is vLLM alone's, but where vLLM
+    alone answers 5xx (a pixel bomb), which the plugin answers 400 naming the reason; each request counted once."""
+    before = reasons(keys)
+    compared, server_errors, differences = 0, [], []
+    for name, data in every_image():
+        expected, found = both(alone, keys, chat(alone, user(image_part(data))))
+        if expected.status_code >= 500:
+            server_errors.append(name)
+            error = found.json().get("error", {})
+            if found.status_code != 400 or not error.get("message", "").startswith(("too_many_pixels:", "too_costly:")):
+                differences.append((name, expected.text[:200], found.text[:300]))
+            continue
+        try:
+            assert_same_answer(expected, found, name)
+        except AssertionError as difference:
+            differences.append((name, str(difference)[:600]))
+        compared += 1
+    assert differences == [], "\n".join(map(str, differences))
+    assert compared >= 200 and server_errors, (compared, server_errors)
+    counted = moved(before, reasons(keys))
+    assert sum(counted.values()) == compared + len(server_errors), counted
+    assert set(counted) <= {("chat", "keys", "keys_only"), ("chat", "keys", "refused")}, counted

@@ -26,11 +26,11 @@ from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series
 from tests.vllm.render_requests import (
     CHAT,
     COMPLETIONS,
+    assert_every_image_answered_alike,
     assert_same_answer,
     block_extra_keys,
     both,
     chat,
-    every_image,
     image_part,
     moved,
     photos,
@@ -98,29 +98,7 @@ def test_the_start_up_line_says_what_answers_keys_only(render_keys: VllmServer) 
 
 
 def test_every_image_is_answered_as_vllm_alone_answers_it(vllm_scale_out: VllmServer, render_keys: VllmServer) -> None:
-    before = reasons(render_keys)
-    compared, server_errors, differences = 0, [], []
-    for name, data in every_image():
-        expected, found = both(vllm_scale_out, render_keys, chat(vllm_scale_out, user(image_part(data))))
-        if expected.status_code >= 500:
-            server_errors.append(name)
-            error = found.json().get("error", {})
-            if found.status_code != 400 or error.get("message", "").split(":")[0] not in (
-                "too_many_pixels",
-                "too_costly",
-            ):
-                differences.append((name, expected.text[:200], found.text[:300]))
-            continue
-        try:
-            assert_same_answer(expected, found, name)
-        except AssertionError as difference:
-            differences.append((name, str(difference)[:600]))
-        compared += 1
-    assert differences == [], "\n".join(map(str, differences))
-    assert compared >= 200, compared
-    counted = moved(before, reasons(render_keys))
-    assert sum(counted.values()) == compared + len(server_errors), counted
-    assert set(counted) <= {("chat", "keys", "keys_only"), ("chat", "keys", "refused")}, counted
+    assert_every_image_answered_alike(vllm_scale_out, render_keys)
 
 
 def request_shapes(server: VllmServer) -> dict[str, dict[str, Any]]:
