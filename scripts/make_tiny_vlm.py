@@ -35,7 +35,7 @@ VOCAB_SIZE = 512
 MIN_PIXELS = 56 * 56
 MAX_PIXELS = 224 * 224
 
-#: A chat template of Qwen2-VL's shape: each image part becomes the vision span the processor expands.
+#: A chat template of Qwen2-VL's shape: each image (or video) part becomes the vision span the processor expands.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "<|im_start|>{{ message['role'] }}\n"
@@ -43,6 +43,8 @@ CHAT_TEMPLATE = (
     "{% else %}{% for part in message['content'] %}"
     "{% if part['type'] == 'image' or part['type'] == 'image_url' or 'image' in part %}"
     "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'video' or part['type'] == 'video_url' or 'video' in part %}"
+    "<|vision_start|><|video_pad|><|vision_end|>"
     "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
     "{% endfor %}{% endif %}"
     "<|im_end|>\n"

@@ -122,6 +122,7 @@ class VllmServer(ManagedProcess):
         subcommand: Sequence[str] = ("serve",),
     ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
+        self.venv = venv
         self.model = str(model)
         for sub in ("tmp", "cache", "xdg", "hf"):
             (directory / sub).mkdir(exist_ok=True)

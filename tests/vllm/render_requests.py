@@ -9,8 +9,10 @@ equal, all but the request id (a fresh one per request).
 from __future__ import annotations
 
 import io
+import subprocess
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -152,3 +154,16 @@ def assert_every_image_answered_alike(alone: VllmServer, keys: VllmServer) -> No
     counted = moved(before, reasons(keys))
     assert sum(counted.values()) == compared + len(server_errors), counted
     assert set(counted) <= {("chat", "keys", "keys_only"), ("chat", "keys", "refused")}, counted
+
+
+def tiny_mp4(venv: Path) -> bytes:
+    """Eight frames of a 64x48 MP4, written by OpenCV in the server's environment (the tests' has no OpenCV)."""
+    script = (
+        "import sys, tempfile, os, numpy as np, cv2\n"
+        "path = os.path.join(tempfile.mkdtemp(), 'v.mp4')\n"
+        "out = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*'mp4v'), 4, (64, 48))\n"
+        "for i in range(8): out.write(np.full((48, 64, 3), i * 30, np.uint8))\n"
+        "out.release(); sys.stdout.buffer.write(open(path, 'rb').read())\n"
+    )
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", script], capture_output=True, check=True, timeout=120)
+    return done.stdout

@@ -13,6 +13,7 @@ tensors included.
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from scripts import corpus
-from tests.support import golden, images
+from tests.support import data_url, golden, images
 from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series
 from tests.vllm.render_requests import (
@@ -36,6 +37,7 @@ from tests.vllm.render_requests import (
     photos,
     post,
     reasons,
+    tiny_mp4,
     user,
     with_orientation,
     without_request_ids,
@@ -101,6 +103,10 @@ def test_every_image_is_answered_as_vllm_alone_answers_it(vllm_scale_out: VllmSe
     assert_every_image_answered_alike(vllm_scale_out, render_keys)
 
 
+#: The shapes a keys-only render declines (counted by reason), answered with vLLM's full render.
+DECLINED_SHAPES = frozenset({"request kwargs the resize rule does not read"})
+
+
 def request_shapes(server: VllmServer) -> dict[str, dict[str, Any]]:
     """The bodies a router forwards: one image and several, histories re-sending images, uuids, kwargs, text only."""
     first, second, third, fourth = photos(4, seed=100)
@@ -118,6 +124,9 @@ def request_shapes(server: VllmServer) -> dict[str, dict[str, Any]]:
         "a uuid alone": chat(server, user(image_part(None, uuid="router-uuid-1"))),
         "a uuid alone, never sent with data": chat(server, user(image_part(None, uuid="router-uuid-unknown"))),
         "request processor kwargs": chat(server, user(image_part(first)), mm_processor_kwargs=PROCESSOR_KWARGS),
+        "request kwargs the resize rule does not read": chat(
+            server, user(image_part(images.jpeg_bytes((448, 224), seed=102))), mm_processor_kwargs={"do_resize": False}
+        ),
         "request media io kwargs": chat(
             server, user(image_part(rgba, media_type="image/png")), media_io_kwargs=MEDIA_IO_KWARGS
         ),
@@ -131,6 +140,11 @@ def test_every_request_shape_is_answered_as_vllm_alone_answers_it(
 ) -> None:
     before = reasons(render_keys)
     for what, body in request_shapes(vllm_scale_out).items():
+        if what in DECLINED_SHAPES:  # vLLM's full render: its tensors too
+            expected, found = post(vllm_scale_out, CHAT, body), post(render_keys, CHAT, body)
+            assert found.status_code == expected.status_code, (what, expected.text[:300], found.text[:300])
+            assert without_request_ids(found.json()) == without_request_ids(expected.json()), what
+            continue
         assert_same_answer(*both(vllm_scale_out, render_keys, body), what)
     for prompt in ("A completion's prompt.", ["Two", "prompts"], [[1, 2, 3, 4]]):
         body = {"model": vllm_scale_out.model, "prompt": prompt, "max_tokens": 8}
@@ -139,7 +153,43 @@ def test_every_request_shape_is_answered_as_vllm_alone_answers_it(
         ("chat", "keys", "keys_only"): 8,  # the uuid alone too: sized when it came with its data
         ("chat", "keys", "text_only"): 1,
         ("chat", "keys", "refused"): 2,  # the unknown uuid and the aspect ratio: vLLM's errors, in its words
+        ("chat", "full", "processor_kwargs"): 1,  # do_resize: vLLM's processor decides
         ("completions", "keys", "text_only"): 3,
+    }
+
+
+def test_the_other_endpoints_and_a_video(vllm_scale_out: VllmServer, render_keys: VllmServer) -> None:
+    """``/v1/responses/render`` and ``/v1/messages/render`` (through the chat one) keys-only too; a video gets
+    vLLM's full render, tensors included, counted as declined for its modality."""
+    photo = photos(1, seed=400)[0]
+    responses = {
+        "model": vllm_scale_out.model,
+        "input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": data_url(photo)}, {"type": "input_text", "text": "Describe."},
+        ]}],
+    }  # fmt: skip
+    messages = {
+        "model": vllm_scale_out.model,
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg",
+                                         "data": base64.b64encode(photo).decode()}},
+            {"type": "text", "text": "Describe."},
+        ]}],
+    }  # fmt: skip
+    video = {"type": "video_url", "video_url": {"url": data_url(tiny_mp4(render_keys.venv), "video/mp4")}}
+    before = reasons(render_keys)
+    assert_same_answer(*both(vllm_scale_out, render_keys, responses, "/v1/responses/render"), "responses")
+    assert_same_answer(*both(vllm_scale_out, render_keys, messages, "/v1/messages/render"), "messages")
+    body = chat(vllm_scale_out, user(video, image_part(photo)))
+    expected, found = post(vllm_scale_out, CHAT, body), post(render_keys, CHAT, body)
+    assert found.status_code == expected.status_code == 200, found.text[:300]
+    assert without_request_ids(found.json()) == without_request_ids(expected.json())
+    assert found.json()["features"]["kwargs_data"]["video"], "vLLM's full render: its tensors"
+    assert moved(before, reasons(render_keys)) == {
+        ("responses", "keys", "keys_only"): 1,
+        ("chat", "keys", "keys_only"): 1,
+        ("chat", "full", "modality"): 1,
     }
 
 
