@@ -26,9 +26,10 @@ import argparse
 import json
 from pathlib import Path
 
+from make_tiny_vlm import VOCAB_SIZE, trained_bpe  # run as a script: its folder is on the path
+
 #: LLaVA's special tokens, in the order they get their ids (after the trained vocabulary).
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<image>", "<pad>")
-VOCAB_SIZE = 512
 IMAGE_SIZE = 56
 PATCH_SIZE = 14
 #: The image tokens of every image: the patch grid; the class token is dropped by the ``default`` strategy.
@@ -61,21 +62,11 @@ _CORPUS = (
 
 def train_tokenizer(directory: Path) -> dict[str, int]:
     """A byte-level BPE tokenizer with LLaVA's special tokens, adding ``<s>`` as Llama's does; returns their ids."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import processors
     from transformers import PreTrainedTokenizerFast
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE - len(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator([_CORPUS] * 8, trainer=trainer)
-    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
+    tokenizer = trained_bpe(SPECIAL_TOKENS, _CORPUS)
     ids = {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
-    assert max(ids.values()) < VOCAB_SIZE, ids
     tokenizer.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", ids["<s>"])]
     )

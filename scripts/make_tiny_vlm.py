@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 #: Qwen2-VL's special tokens, in the order they get their ids (after the trained vocabulary).
 SPECIAL_TOKENS = (
@@ -60,21 +61,29 @@ _CORPUS = (
 )
 
 
-def train_tokenizer(directory: Path) -> dict[str, int]:
-    """A byte-level BPE tokenizer with Qwen2-VL's special tokens; returns their ids."""
+def trained_bpe(special_tokens: tuple[str, ...], corpus: str) -> Any:
+    """A byte-level BPE ``tokenizers.Tokenizer`` trained on ``corpus``, ``special_tokens`` after its vocabulary."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE - len(SPECIAL_TOKENS),
+        vocab_size=VOCAB_SIZE - len(special_tokens),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator([_CORPUS] * 8, trainer=trainer)
-    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
+    tokenizer.train_from_iterator([corpus] * 8, trainer=trainer)
+    tokenizer.add_special_tokens(list(special_tokens))
+    assert max(tokenizer.token_to_id(token) for token in special_tokens) < VOCAB_SIZE
+    return tokenizer
+
+
+def train_tokenizer(directory: Path) -> dict[str, int]:
+    """A byte-level BPE tokenizer with Qwen2-VL's special tokens; returns their ids."""
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = trained_bpe(SPECIAL_TOKENS, _CORPUS)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         eos_token="<|im_end|>",
@@ -83,9 +92,7 @@ def train_tokenizer(directory: Path) -> dict[str, int]:
     )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(directory)
-    ids = {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
-    assert max(ids.values()) < VOCAB_SIZE, ids
-    return ids
+    return {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
 
 
 def write_model(directory: Path) -> Path:

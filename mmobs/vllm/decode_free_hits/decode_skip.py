@@ -19,6 +19,11 @@ left the cache between the lookup and the processor). Bytes it has not seen
 decode through vLLM's loader as before, so every refusal and message is
 vLLM's own.
 
+A keys-only render (:mod:`mmobs.vllm.render`) reads no pixels at all: there a
+remembered decode stands in whether or not the cache holds its key, and a
+first-seen JPEG gets a record made from its header
+(:mod:`mmobs.vllm.render.header_images`).
+
 Everything vLLM does around the decode happens as it would have: the request's
 decoded-bytes budget is charged, the pixel limit applies, the EXIF transpose
 failure and ImageID fallback events are reported again, with the same

@@ -27,7 +27,6 @@ vLLM's loader on probe files before it trusts a header.
 from __future__ import annotations
 
 import io
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -55,9 +54,7 @@ class HeaderImages:
             return None
         try:
             check_image_bytes(data, max_pixels=vllm_max_pixels())
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                image = self.open_image(io.BytesIO(data))
+            image = self.open_image(io.BytesIO(data))  # as vLLM's loader opens it, its warnings included
         except Exception:  # noqa: BLE001 - BadImageError or Pillow's: the decode path refuses it, in vLLM's words
             return None
         if type(image) is not JpegImagePlugin.JpegImageFile or image.mode not in _MODES:

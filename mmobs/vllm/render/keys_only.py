@@ -31,7 +31,18 @@ from mmobs.vllm.cache_drift.drift import BoundedMap
 from mmobs.vllm.decode_free_hits.lazy_image import LazyImage
 from mmobs.vllm.render import render_mode
 from mmobs.vllm.render.render_mode import Reason
-from mmobs.vllm.render.size_rules import RuleChecks, Verdict
+from mmobs.vllm.render.size_rules import RuleChecks, SizeRule, Verdict
+
+
+class SizeRefused(ValueError):
+    """The size rule refuses an image's size (an extreme aspect ratio): vLLM's processor answers, in its words."""
+
+
+def _sized(rule: SizeRule, processor: Any, images: list[Any], hf_kwargs: Any) -> Any:
+    try:
+        return rule.kwargs_items(processor, images, hf_kwargs)
+    except Exception as error:  # whatever the rule raises, vLLM's processor says in its own way
+        raise SizeRefused(str(error)) from error
 
 
 class UnknownItem(LookupError):
@@ -101,20 +112,25 @@ class KeysOnlyProcessing:
         return None, items
 
     def answer(self, processor: Any, inputs: Any, timing_ctx: Any, images: list[Any]) -> Any:
-        """vLLM's ``MultiModalProcessingResult`` for the prompt: its keys, sized kwargs, and vLLM's prompt updates."""
+        """vLLM's ``MultiModalProcessingResult`` for the prompt: its keys, sized kwargs, and vLLM's prompt updates.
+
+        Raises :class:`SizeRefused` before anything is keyed where the rule refuses a size, and
+        :class:`UnknownItem` where an item sent by uuid alone was never sized; what vLLM's own hashing
+        raises (a refused uuid conflict) goes to the client as vLLM's path would send it.
+        """
         hf_kwargs = inputs.hf_processor_mm_kwargs
-        with timing_ctx.record("get_mm_hashes"):
-            hashes = processor._get_mm_hashes(inputs)
         rule = self.verdict(processor, hf_kwargs).rule
         assert rule is not None  # declined() checked it
-        data_items = inputs.mm_data_items
-        keys = hashes.get("image", [])
-        if any(image is None for image in images):  # sent by uuid alone: sized as when it came with its data
+        kwargs = None if any(image is None for image in images) else _sized(rule, processor, images, hf_kwargs)
+        with timing_ctx.record("get_mm_hashes"):
+            hashes = processor._get_mm_hashes(inputs)
+        data_items, keys = inputs.mm_data_items, hashes.get("image", [])
+        if kwargs is None:  # items sent by uuid alone: sized as when they came with their data
             images = [
                 self.sizes.stand_in(key) if image is None else image for key, image in zip(keys, images, strict=True)
             ]
             data_items = processor.info.parse_mm_data({"image": images}, validate=False)
-        kwargs = rule.kwargs_items(processor, images, hf_kwargs)
+            kwargs = _sized(rule, processor, images, hf_kwargs)
         updates = processor._get_mm_prompt_updates(data_items, hf_kwargs, kwargs)
         for key, image in zip(keys, images, strict=True):
             self.sizes.remember(key, image)
@@ -139,7 +155,7 @@ class KeysOnlyProcessing:
                     answered = self.answer(processor, inputs, timing_ctx, images)
                 except UnknownItem:
                     reason = "uuid_only"
-                except Exception:  # noqa: BLE001 - the rule refuses a size (an extreme aspect ratio): vLLM's words
+                except SizeRefused:
                     reason = "size_rule"
                 else:
                     request.keys_only_prompts += 1

@@ -89,7 +89,7 @@ class RenderPlan:
             return
         say(logging.INFO,
             "mmobs: keys-only render for %s: images answer from their bytes and size (%s, checked on probe images; "
-            "%s); videos, audio, embeddings and items sent by uuid alone get vLLM's full render",
+            "%s); videos, audio and embeddings get vLLM's full render",
             model_config.model, verdict.rule.name if verdict.rule else "", self.images)  # fmt: skip
 
 
@@ -100,7 +100,7 @@ def render_call(original: Callable[..., Any], endpoint: Endpoint, plan: RenderPl
     async def render(self: Any, *args: Any, **kwargs: Any) -> Any:
         request = plan.request(endpoint)
         token = render_mode.enter(request)
-        result, refused = None, True
+        refused = True  # until an answer that is not an error comes back (an exception is a refusal too)
         try:
             result = await original(self, *args, **kwargs)
             refused = isinstance(result, plan.error_class)
