@@ -14,14 +14,12 @@ from __future__ import annotations
 import io
 import warnings
 
-import pytest
 from PIL import Image
 
 from mmobs.vllm.keys.key_hooks import read_image_id
 from mmobs.vllm.render.header_images import HeaderImages
+from tests.support import require_vllm
 from tests.vllm.render_requests import every_image
-
-vllm_image = pytest.importorskip("vllm.multimodal.media.image", reason="vLLM is not installed here (the vllm env)")
 
 
 def turned_jpegs() -> list[tuple[str, bytes]]:
@@ -38,6 +36,9 @@ def turned_jpegs() -> list[tuple[str, bytes]]:
 
 
 def test_every_header_record_is_what_vllms_loader_returns() -> None:
+    require_vllm()
+    import vllm.multimodal.media.image as vllm_image
+
     header_images = HeaderImages(vllm_image.open_image)
     recorded = 0
     for name, data in [*every_image(), *turned_jpegs()]:

@@ -46,6 +46,7 @@ DECLINED_LINES = {
     "cache_drift": "cache drift counting and healing are off",
     "uuid_checks": "client media uuid checks are off",
     "front_end": "the front end's stage timings are off",
+    "render": "the render endpoints' counts, guard and keys-only answers are off",
 }
 
 

@@ -187,6 +187,9 @@ class DecodeSkipper:
         self.metrics.index_size(0, 0)
         #: The processor caches of this process (P0: vLLM's sender cache, or its processor-only cache).
         self.caches: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: Those only render requests use (the renderer's processor-only cache): a hit there is no hit for a
+        #: chat request, nor one in the chat's cache for a render, so each looks in its own.
+        self.render_caches: weakref.WeakSet[Any] = weakref.WeakSet()
         #: For a keys-only render (:mod:`mmobs.vllm.render`): first-seen images' records from their header, and
         #: the count of where each image's size came from (``index``, ``header`` or ``decode``).
         self.header_records: Callable[[Any, bytes], Record | None] | None = None
@@ -212,8 +215,10 @@ class DecodeSkipper:
             say(logging.INFO, "mmobs: decode-free cache hits are off in this API server: %s", why)
 
     def held(self, keys: tuple[str, ...]) -> bool:
-        """Whether a processor cache of this process holds one of ``keys`` (no LRU move, no statistics)."""
-        return any(cache.is_cached_item(key) for cache in list(self.caches) for key in keys)
+        """Whether a processor cache this request uses holds one of ``keys`` (no LRU move, no statistics)."""
+        rendering = render_mode.rendering()
+        caches = [cache for cache in list(self.caches) if (cache in self.render_caches) == rendering]
+        return any(cache.is_cached_item(key) for cache in caches for key in keys)
 
     def _unread(self, record: Record) -> bool:
         """Whether nothing will read the pixels: a processor cache holds a key, or a keys-only render asks."""

@@ -129,7 +129,8 @@ class KeysOnlyProcessing:
             images = [
                 self.sizes.stand_in(key) if image is None else image for key, image in zip(keys, images, strict=True)
             ]
-            data_items = processor.info.parse_mm_data({"image": images}, validate=False)
+            # Built as vLLM's parser would hold them, without its parse (which would EXIF-transpose each image).
+            data_items = type(data_items)({"image": self.image_items_class(images)})
             kwargs = _sized(rule, processor, images, hf_kwargs)
         updates = processor._get_mm_prompt_updates(data_items, hf_kwargs, kwargs)
         for key, image in zip(keys, images, strict=True):

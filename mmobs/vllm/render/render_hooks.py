@@ -18,7 +18,7 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmobs.events import observing
 from mmobs.vllm.render import render_mode
@@ -26,6 +26,9 @@ from mmobs.vllm.render.keys_only import KeysOnlyProcessing
 from mmobs.vllm.render.render_metrics import RenderMetrics, render_metrics
 from mmobs.vllm.render.render_mode import Endpoint, Mode, Reason, RenderRequest
 from mmobs.vllm.startup_log import say
+
+if TYPE_CHECKING:
+    from mmobs.vllm.decode_free_hits.decode_skip import DecodeSkipper
 
 
 @dataclass
@@ -42,6 +45,8 @@ class RenderPlan:
     model_declined: str | None = None
     #: Where keys-only images get their size (for the start-up line).
     images: str = ""
+    #: The decode-free hits' skipper, told which processor cache only render requests use.
+    skipper: DecodeSkipper | None = None
 
     def request(self, endpoint: Endpoint) -> RenderRequest:
         if self.mode != "keys":
@@ -64,6 +69,9 @@ class RenderPlan:
     def serving_built(self, serving: Any) -> None:
         """Check the served model's images against the size rules once, and say what answers keys-only."""
         model_config = serving.online_renderer.model_config
+        render_cache = getattr(serving.online_renderer.renderer, "_mm_processor_only_cache", None)
+        if self.skipper is not None and render_cache is not None:
+            self.skipper.render_caches.add(render_cache)
         if self.mode != "keys":
             say(
                 logging.INFO,

@@ -67,7 +67,7 @@ def render_plan(skipper: DecodeSkipper | None) -> Plan:
         attribute(module(VLLM.parse), "ImageProcessorItems"),
         RenderedSizes(whole_number_env(INDEX_ENTRIES_ENV, DEFAULT_INDEX_ENTRIES), on_change=metrics.index_size),
     )
-    plan = RenderPlan(configured_mode(), processing, keys_only_class, error_class, metrics)
+    plan = RenderPlan(configured_mode(), processing, keys_only_class, error_class, metrics, skipper=skipper)
     if plan.mode == "keys":
         plan.images = _first_seen(skipper, plan)
     hooks: list[tuple[Any, str, Any, bool]] = [
