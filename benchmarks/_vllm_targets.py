@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,16 +101,22 @@ def start_server(venv: Path, model: Path, directory: Path, name: str) -> VllmSer
 
 
 def start_servers(venv: Path, model: Path, directory: Path, names: Sequence[str]) -> dict[str, VllmServer]:
-    """The servers, started side by side (start-up is mostly waiting); none left running if one fails.
+    """The VARIANTS ``names``, started side by side (:func:`start_side_by_side`)."""
+    return start_side_by_side({name: functools.partial(start_server, venv, model, directory, name) for name in names})
 
-    On Ctrl-C the pool still waits for the starts under way; whichever came up is stopped.
+
+def start_side_by_side(starts: Mapping[str, Callable[[], VllmServer]]) -> dict[str, VllmServer]:
+    """Each server of ``starts`` (its name, and how to start it), side by side: start-up is mostly waiting.
+
+    None is left running if one fails. On Ctrl-C the pool still waits for the starts under way; whichever
+    came up is stopped.
     """
     started: dict[str, VllmServer] = {}
     errors = []
     futures: dict[str, concurrent.futures.Future[VllmServer]] = {}
     try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(names)) as pool:
-            futures = {name: pool.submit(start_server, venv, model, directory, name) for name in names}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(starts)) as pool:
+            futures = {name: pool.submit(start) for name, start in starts.items()}
             for name, future in futures.items():
                 try:
                     started[name] = future.result()

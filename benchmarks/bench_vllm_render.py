@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
+import functools
 import json
 import os
 import statistics
@@ -65,7 +65,7 @@ import _harness as harness
 import httpx
 from _common import ROOT
 from _vllm_report import git_head, load, ratio_cell, server_versions
-from _vllm_targets import process_cpu_clock
+from _vllm_targets import process_cpu_clock, start_side_by_side, stop_servers
 from bench_vllm_decode_free import Photos, data_urls
 from front_end_parity import RELEASED_LIMITS
 
@@ -142,29 +142,11 @@ def start_one(venv: Path, path: Path, directory: Path, model: Model, side: str) 
     return VllmServer(venv, path, directory / side.replace(" ", "-"), args=args, env=env, name=name, timeout=480.0)
 
 
-def start_pair(venv: Path, path: Path, directory: Path, model: Model, started: dict[str, VllmServer]) -> None:
-    """Both servers, started side by side into ``started`` (which the caller stops, whatever happens)."""
-    futures: dict[str, concurrent.futures.Future[VllmServer]] = {}
-    errors = []
-    try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(SIDES)) as pool:
-            futures = {side: pool.submit(start_one, venv, path, directory, model, side) for side in SIDES}
-    finally:  # on Ctrl-C too: leaving the pool waited for the starts under way, and what came up is stopped
-        for side, future in futures.items():
-            if future.done() and not future.cancelled() and future.exception() is None:
-                started[side] = future.result()
-            elif future.done() and not future.cancelled():
-                errors.append(f"{side}: {future.exception()}")
-    if errors:
-        raise RuntimeError("a vLLM server did not start:\n" + "\n".join(errors))
-
-
-def stop_all(servers: dict[str, VllmServer]) -> None:
-    for server in servers.values():
-        try:
-            server.stop()
-        except Exception as error:  # noqa: BLE001 - stop the others anyway
-            print(f"stopping {server.name}: {error}", file=sys.stderr)
+def start_pair(venv: Path, path: Path, directory: Path, model: Model) -> dict[str, VllmServer]:
+    """Both servers, started side by side; neither left running if one fails."""
+    return start_side_by_side(
+        {side: functools.partial(start_one, venv, path, directory, model, side) for side in SIDES}
+    )
 
 
 # -- requests and batches -------------------------------------------------------------------------
@@ -301,13 +283,12 @@ def run(out: harness.Report, venv: Path, rounds: int, requests: int) -> None:
         versions = server_versions(venv, directory)
         for seed, model in enumerate(MODELS, start=1):
             path = write_model(venv, model, directory / f"model-{seed}")
-            servers: dict[str, VllmServer] = {}
+            servers = start_pair(venv, path, directory / f"servers-{seed}", model)
             try:
-                start_pair(venv, path, directory / f"servers-{seed}", model, servers)
                 table += rows(model, measure_model(servers, model, rounds, requests, seed))
                 notes.append(f"{model.name}: {render_counts(servers[KEYS], 2 + 2 * rounds * requests)}")
             finally:
-                stop_all(servers)
+                stop_servers(servers)
     out(harness.table(HEADERS, table))
     out()
     out(

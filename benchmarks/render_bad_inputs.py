@@ -24,8 +24,8 @@ import warnings
 from pathlib import Path
 
 import httpx
-from _vllm_targets import process_cpu_clock
-from bench_vllm_render import ALONE, KEYS, MODELS, RENDER, server_venv, start_pair, stop_all, write_model
+from _vllm_targets import process_cpu_clock, stop_servers
+from bench_vllm_render import ALONE, KEYS, MODELS, RENDER, server_venv, start_pair, write_model
 
 from scripts import corpus
 from tests.support import data_url, images
@@ -78,11 +78,10 @@ def main() -> int:
         payloads = {case.name: case.payload for case in corpus.build_corpus()}
     inputs = [(name, payloads[name], what) for name, what in INPUTS]
     inputs.append(("photo-1280x720.jpg", images.jpeg_bytes((1280, 720), seed=7), "a plain 1280x720 photo"))
-    servers: dict[str, VllmServer] = {}
     with tempfile.TemporaryDirectory(prefix="mmobs-render-bad-") as scratch:
+        model = MODELS[0]
+        servers = start_pair(venv, write_model(venv, model, Path(scratch) / "model"), Path(scratch), model)
         try:
-            model = MODELS[0]
-            start_pair(venv, write_model(venv, model, Path(scratch) / "model"), Path(scratch), model, servers)
             print(f"| input | what | {ALONE}: status, CPU ms, peak rise MiB | {KEYS}: status, CPU ms, peak rise MiB |")
             print("| --- | --- | --- | --- |")
             for name, data, what in inputs:
@@ -91,7 +90,7 @@ def main() -> int:
                 shown = [f"{status}, {ms:.1f}, {rise:.0f}" for status, ms, rise in cells]
                 print(f"| `{name}` | {what} | {shown[0]} | {shown[1]} |", flush=True)
         finally:
-            stop_all(servers)
+            stop_servers(servers)
     return 0
 
 

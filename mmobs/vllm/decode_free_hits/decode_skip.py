@@ -220,10 +220,6 @@ class DecodeSkipper:
         caches = [cache for cache in list(self.caches) if (cache in self.render_caches) == rendering]
         return any(cache.is_cached_item(key) for cache in caches for key in keys)
 
-    def _unread(self, record: Record) -> bool:
-        """Whether nothing will read the pixels: a processor cache holds a key, or a keys-only render asks."""
-        return render_mode.keys_only() or self.held(record.keys)
-
     # -- the loader ---------------------------------------------------------------------------------
 
     def load(self, original: Callable[[Any, bytes], Any], loader: Any, data: bytes) -> Any:
@@ -231,12 +227,13 @@ class DecodeSkipper:
         key = self._index_key(loader, data)
         if key is None:
             return original(loader, data)
+        keys_only = render_mode.keys_only()  # a keys-only render reads no pixels, whatever the caches hold
         record = self.index.get(key)
-        if record is not None and record.keys and self._unread(record) and within_pixel_limit(record):
-            self._rendered("index")
+        if record is not None and record.keys and (keys_only or self.held(record.keys)) and within_pixel_limit(record):
+            self._rendered("index" if keys_only else None)
             return self._stand_in(original, loader, data, record)
-        if self.header_records is not None and render_mode.keys_only():
-            record = self.header_records(loader, data)
+        if keys_only:
+            record = None if self.header_records is None else self.header_records(loader, data)
             if record is not None:
                 self.index.put(key, record)  # keyed in place: the next request finds it with its key
                 self._rendered("header")
@@ -252,8 +249,9 @@ class DecodeSkipper:
         self._remember(result, key, load, thread_time() - started)
         return result
 
-    def _rendered(self, source: str) -> None:
-        if self.render_images is not None and render_mode.keys_only():
+    def _rendered(self, source: str | None) -> None:
+        """Count where a keys-only render's image got its size (``source`` None: not a keys-only render)."""
+        if source is not None and self.render_images is not None:
             self.render_images(source)
 
     def _index_key(self, loader: Any, data: bytes) -> IndexKey | None:

@@ -50,10 +50,8 @@ class RenderPlan:
 
     def request(self, endpoint: Endpoint) -> RenderRequest:
         if self.mode != "keys":
-            return RenderRequest(endpoint, keys_only=False, declined="switch_off")
-        if self.model_declined is not None:
-            return RenderRequest(endpoint, keys_only=False, declined="model")
-        return RenderRequest(endpoint, keys_only=True)
+            return RenderRequest(endpoint, declined="switch_off")
+        return RenderRequest(endpoint, declined=None if self.model_declined is None else "model")
 
     def count(self, request: RenderRequest, refused: bool) -> None:
         reason: Reason

@@ -35,12 +35,7 @@ Reason = Literal[
     "size_rule",  # the size rule refuses an image's size (an extreme aspect ratio): vLLM's processor answers
     "refused",  # answered with an error
 ]
-MODES: tuple[Mode, ...] = ("keys", "full")
 ENDPOINTS: tuple[Endpoint, ...] = ("chat", "completions", "responses")
-REASONS: tuple[Reason, ...] = (
-    "keys_only", "text_only", "switch_off", "model", "modality", "embeddings", "uuid_only", "processor_kwargs",
-    "size_rule", "refused",
-)  # fmt: skip
 
 
 def configured_mode() -> Mode:
@@ -59,16 +54,19 @@ class RenderRequest:
     """One render call: what it asked for, and what answering it keys-only came to."""
 
     endpoint: Endpoint
-    #: Whether this request may be answered keys-only (the switch is on and the served model's images allow it).
-    keys_only: bool
-    #: Why a part of it got vLLM's full render (the first reason found), if one did.
+    #: Why it (or a part of it) gets vLLM's full render, the first reason found: the switch, the model, or an
+    #: item the rules do not cover. None while it may be answered keys-only.
     declined: Reason | None = None
     #: Prompts processed keys-only (a completions render may carry several).
     keys_only_prompts: int = 0
 
+    @property
+    def keys_only(self) -> bool:
+        """Whether what is still to come may be answered keys-only (nothing declined it so far)."""
+        return self.declined is None
+
     def decline(self, reason: Reason) -> None:
         """Give this request vLLM's full render from here on, for ``reason`` (the first one is counted)."""
-        self.keys_only = False
         if self.declined is None:
             self.declined = reason
 
