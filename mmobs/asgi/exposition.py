@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import glob
 import gzip
-import hmac
 import os
 import re
 
@@ -21,6 +20,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
+from mmobs.asgi.bearer import CHALLENGE, UNAUTHORIZED_BODY, BearerToken
 from mmobs.asgi.http_errors import error_body, send_json
 from mmobs.observability.metrics import multiprocess_dir
 
@@ -76,14 +76,13 @@ def render(registry: CollectorRegistry | None, accept: str | None) -> tuple[byte
 class MetricsEndpoint:
     """An ASGI app answering ``GET``/``HEAD`` with the metrics.
 
-    With ``token`` set, requests must carry ``Authorization: Bearer <token>``.
+    With ``token`` set, requests must carry ``Authorization: Bearer <token>`` (:mod:`mmobs.asgi.bearer`:
+    refusals counted in ``registry``).
     """
 
     def __init__(self, registry: CollectorRegistry | None = None, token: str | None = None) -> None:
-        if token is not None and not token:
-            raise ValueError("the metrics token must not be empty")
         self.registry = registry
-        self._token = token.encode() if token else None
+        self._token = None if token is None else BearerToken(token, REGISTRY if registry is None else registry)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = Headers(scope=scope)
@@ -95,17 +94,8 @@ class MetricsEndpoint:
                 [(b"allow", b"GET, HEAD")],
             )
             return
-        if self._token is not None and not self._authorized(headers.get("authorization", "")):
-            await send_json(
-                send,
-                401,
-                error_body(
-                    "the metrics endpoint requires 'Authorization: Bearer <token>'",
-                    code="unauthorized",
-                    type="authentication_error",
-                ),
-                [(b"www-authenticate", b'Bearer realm="metrics"')],
-            )
+        if self._token is not None and not self._token.admits(headers.get("authorization", "")):
+            await send_json(send, 401, UNAUTHORIZED_BODY, [(b"www-authenticate", CHALLENGE.encode())])
             return
         body, content_type = render(self.registry, headers.get("accept"))
         response_headers = [(b"content-type", content_type.encode()), (b"vary", b"accept-encoding")]
@@ -115,8 +105,3 @@ class MetricsEndpoint:
         response_headers.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": 200, "headers": response_headers})
         await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
-
-    def _authorized(self, header: str) -> bool:
-        scheme, _, credentials = header.partition(" ")
-        assert self._token is not None
-        return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), self._token)

@@ -5,27 +5,32 @@ prometheus_client's ``start_http_server`` has no authentication, so a
 ignored. This server answers ``GET``/``HEAD`` on any path with the
 exposition (content negotiated, multiprocess-aware, like ``/metrics`` in the
 service) and, when a token is set, requires ``Authorization: Bearer <token>``
-(compared in constant time). Connections idle for 10 seconds are closed and
-at most 32 are served at once, so the port cannot be held open by idle sockets.
+(:mod:`mmobs.asgi.bearer`: compared in constant time, refusals counted). Connections idle for 10
+seconds are closed and at most 32 are served at once, so the port cannot be held open by idle sockets.
 The vLLM plugin's port (:mod:`mmobs.vllm.metrics_port`) gives it an exposition of its own (several
-processes' series, summed) and a JSON page, ``/debug/mm-items``.
+processes' series, summed) and, when switched on, a JSON page, ``/debug/mm-items``; a ``/debug/`` path
+that is not served answers 404, never the exposition.
 """
 
 from __future__ import annotations
 
 import functools
-import hmac
 import json
 import threading
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from mmobs.asgi.bearer import CHALLENGE, UNAUTHORIZED_BODY, BearerToken
 from mmobs.asgi.exposition import render as _render
 from mmobs.asgi.http_errors import error_body
 
 _MAX_CONNECTIONS = 32
 _IDLE_SECONDS = 10
+#: Paths of debug pages: answered by a page or 404, never with the exposition.
+DEBUG_PREFIX = "/debug/"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -35,17 +40,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         token = self.server.token
-        if token is not None and not _authorized(self.headers.get("authorization", ""), token):
-            self._json(
-                401,
-                error_body("the metrics endpoint requires 'Authorization: Bearer <token>'", code="unauthorized",
-                           type="authentication_error"),
-                {"WWW-Authenticate": 'Bearer realm="metrics"'},
-            )  # fmt: skip
+        if token is not None and not token.admits(self.headers.get("authorization", "")):
+            self._json(401, UNAUTHORIZED_BODY, {"WWW-Authenticate": CHALLENGE})
             return
-        page = self.server.pages.get(self.path.partition("?")[0])
+        path = self.path.partition("?")[0]
+        page = self.server.pages.get(path)
         if page is not None:
             self._send(200, json.dumps(page()).encode(), "application/json")
+            return
+        if path.startswith(DEBUG_PREFIX):
+            self._json(404, error_body(f"{path} is not served here", code="not_found"), {})
             return
         body, content_type = self.server.render(self.headers.get("accept"))
         self._send(200, body, content_type)
@@ -76,11 +80,6 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
 
-def _authorized(header: str, token: bytes) -> bool:
-    scheme, _, credentials = header.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token)
-
-
 #: The exposition body and its content type for a request's ``Accept`` header.
 Renderer = Callable[[str | None], tuple[bytes, str]]
 
@@ -89,7 +88,8 @@ class MetricsServer(ThreadingHTTPServer):
     """A threaded HTTP server for the metrics, bounded in connections.
 
     ``render`` makes the exposition (default: this process's, multiprocess-aware); ``pages`` are JSON
-    documents served at their exact paths (the vLLM metrics port's ``/debug/mm-items``).
+    documents served at their exact paths (the vLLM metrics port's ``/debug/mm-items``); ``registry`` counts
+    the token's refusals (default: the global one).
     """
 
     daemon_threads = True
@@ -100,10 +100,9 @@ class MetricsServer(ThreadingHTTPServer):
         token: str | None,
         render: Renderer | None = None,
         pages: Mapping[str, Callable[[], Any]] | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
-        if token is not None and not token:
-            raise ValueError("the metrics token must not be empty")
-        self.token = token.encode() if token else None
+        self.token = None if token is None else BearerToken(token, REGISTRY if registry is None else registry)
         self.render: Renderer = functools.partial(_render, None) if render is None else render
         self.pages = dict(pages or {})
         self._slots = threading.BoundedSemaphore(_MAX_CONNECTIONS)

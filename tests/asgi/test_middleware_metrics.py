@@ -98,6 +98,11 @@ def test_metrics_token(registry: CollectorRegistry) -> None:
     assert right.status_code == 200
     assert "mmobs_http_requests_total" in right.text
     assert value(registry, REQUESTS, route="/metrics", method="GET", status_class="4xx") == 3.0
+    assert missing.text == wrong.text == basic.text  # nothing tells a close guess from none
+    # Refusals counted by what they carried: no bearer token (missing, Basic) or another one.
+    assert value(registry, "mmobs_metrics_unauthorized_total", credentials="missing") == 2.0
+    assert value(registry, "mmobs_metrics_unauthorized_total", credentials="wrong") == 1.0
+    assert 'mmobs_metrics_unauthorized_total{credentials="missing"} 2.0' in right.text
 
 
 def test_metrics_empty_token_is_refused(registry: CollectorRegistry) -> None:

@@ -233,6 +233,11 @@ def test_the_documented_deployment_is_what_the_pod_monitor_scrapes(built: list[d
     # MMOBS_METRICS_PORT serves on the container port the second endpoint scrapes.
     (mmobs_port,) = [port for port in container["ports"] if port["name"] == metrics_port["port"]]
     assert {"name": "MMOBS_METRICS_PORT", "value": str(mmobs_port["containerPort"])} in container["env"]
+    # Its token comes from the Secret the PodMonitor scrapes that port with.
+    secret = metrics_port["authorization"]["credentials"]
+    assert metrics_port["authorization"]["type"] == "Bearer"
+    assert {"name": "MMOBS_METRICS_TOKEN", "valueFrom": {"secretKeyRef": secret}} in container["env"]
+    assert "MMOBS_METRICS_DEBUG" not in {variable["name"] for variable in container["env"]}  # off unless asked
     (middleware,) = [arg.removeprefix("--middleware=") for arg in container["args"] if arg.startswith("--middleware=")]
     module, _, name = middleware.rpartition(".")
     assert getattr(importlib.import_module(module), name) is mmobs.vllm.Middleware  # the preset, as vLLM imports it

@@ -215,6 +215,8 @@ def test_metrics_on_a_separate_port_honour_the_token(tmp_path: Path):
         assert httpx.get(metrics_url, headers={"Authorization": "Bearer nope"}).status_code == 401
         text = httpx.get(metrics_url, headers={"Authorization": "Bearer s3cret"}).text
         assert fallback_total(text) == 1
+        assert metric_value(text, "mmobs_metrics_unauthorized_total", {"credentials": "missing"}) == 1
+        assert metric_value(text, "mmobs_metrics_unauthorized_total", {"credentials": "wrong"}) == 1
         accept = "application/openmetrics-text; version=1.0.0"
         openmetrics = httpx.get(metrics_url, headers={"Authorization": "Bearer s3cret", "Accept": accept})
         assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")

@@ -4,6 +4,12 @@ vLLM loads its general plugins in ``vllm serve``'s own process before it starts 
 the engine, so that process finds no peers' directory in its environment, makes one, names it to
 its children (:data:`~mmobs.vllm.metrics_port.peers.PEERS_DIR_ENV`) and listens on the port. A
 process that finds the directory answers on a socket in it, where the plugin has hooked something.
+
+The port is closed to strangers as ``mmobs serve``'s metrics are: with ``MMOBS_METRICS_TOKEN`` set,
+every request needs ``Authorization: Bearer <token>`` (a 401 otherwise, counted in
+``mmobs_metrics_unauthorized_total``, which only the port serves). ``/debug/mm-items`` shows request
+ids, client uuids and small tensors' values of every client: it answers 404 unless
+``MMOBS_METRICS_DEBUG=1`` turns it on, and is turned on only together with a token.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from mmobs.asgi.bearer import UNAUTHORIZED
 from mmobs.vllm.metrics_port.merge import MergedCollector, own_series
 from mmobs.vllm.metrics_port.peers import PEERS_DIR_ENV, ask_peers, serve_peer
 from mmobs.vllm.startup_log import say
@@ -29,6 +36,10 @@ from mmobs.vllm.startup_log import say
 METRICS_PORT_ENV = "MMOBS_METRICS_PORT"
 #: The address the port listens on (default: every interface, as ``vllm serve`` listens by default).
 METRICS_HOST_ENV = "MMOBS_METRICS_HOST"
+#: The bearer token the port requires (the same variable ``mmobs serve`` reads for its metrics).
+METRICS_TOKEN_ENV = "MMOBS_METRICS_TOKEN"
+#: ``1`` serves ``/debug/mm-items`` (only with a token).
+METRICS_DEBUG_ENV = "MMOBS_METRICS_DEBUG"
 ITEMS_PATH = "/debug/mm-items"
 
 _started_in: int | None = None
@@ -69,17 +80,37 @@ def serve_metrics_port(hooked: bool, families: frozenset[str]) -> str | None:
     atexit.register(shutil.rmtree, directory, True)
     from mmobs.asgi.metrics_server import start_metrics_server
 
+    token = os.environ.get(METRICS_TOKEN_ENV) or None
+    pages = {ITEMS_PATH: functools.partial(_items, directory)} if _debug_pages(token) else {}
+    refusals = CollectorRegistry(auto_describe=False)  # the port's own: on no vLLM /metrics
+    own_and_refusals = functools.partial(_joined, own, functools.partial(own_series, refusals, {UNAUTHORIZED.name}))
     try:
         start_metrics_server(
-            port, os.environ.get(METRICS_HOST_ENV, ""), None,
-            render=functools.partial(_render, directory, own), pages={ITEMS_PATH: functools.partial(_items, directory)},
+            port, os.environ.get(METRICS_HOST_ENV, ""), token,
+            render=functools.partial(_render, directory, own_and_refusals), pages=pages, registry=refusals,
         )  # fmt: skip
     except OSError as error:
         say(logging.WARNING, "mmobs: %s=%d could not be served (%s); the engine core's series reach no "
             "scrape", METRICS_PORT_ENV, port, error)  # fmt: skip
         return None
     os.environ[PEERS_DIR_ENV] = str(directory)  # vLLM's processes started from here on answer the port
-    return f"port {port} serves the engine core's series"
+    guarded = "with a token" if token else f"without a token (set {METRICS_TOKEN_ENV})"
+    return f"port {port} serves the engine core's series {guarded}{', and ' + ITEMS_PATH if pages else ''}"
+
+
+def _debug_pages(token: str | None) -> bool:
+    """Whether ``/debug/mm-items`` is served: asked for with ``MMOBS_METRICS_DEBUG=1``, and a token to guard it."""
+    if os.environ.get(METRICS_DEBUG_ENV, "").strip() != "1":
+        return False
+    if token is None:
+        say(logging.WARNING, "mmobs: %s=1 needs %s: %s shows every client's request ids and uuids, so it stays "
+            "off without a token", METRICS_DEBUG_ENV, METRICS_TOKEN_ENV, ITEMS_PATH)  # fmt: skip
+        return False
+    return True
+
+
+def _joined(*parts: Callable[[], bytes]) -> bytes:
+    return b"".join(part() for part in parts)
 
 
 def _render(directory: Path, own: Callable[[], bytes], accept: str | None) -> tuple[bytes, str]:
