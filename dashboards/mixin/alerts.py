@@ -344,8 +344,9 @@ def build(config: MixinConfig, *, inline: bool = False) -> list[Alert]:
             "A client media uuid was reused for other content in vLLM.",
             "In the last 5 minutes job {{ $labels.job }} received a multimodal item whose client uuid vLLM would "
             "key as an earlier item's, with other content: vLLM would answer it with the earlier item's "
-            "features. mmobs refused it with a 400 (or only counted it with MMOBS_VLLM_UUID_CONFLICTS=count). "
-            "Find the clients by request_id in the mm_uuid_conflict log events.",
+            "features. mmobs refused it with a 400 (the Python front end), keyed it by its content (the Rust front "
+            "end), or only counted it (MMOBS_VLLM_UUID_CONFLICTS=count). Find the clients by request_id in the "
+            "mm_uuid_conflict log events.",
             "any conflict in the last 5m, at once (no hold). A uuid is the client's\n"
             "promise that it names one image; breaking it once is already one\n"
             "tenant's image answered for another's request, or a router deriving\n"

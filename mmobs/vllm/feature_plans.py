@@ -208,7 +208,7 @@ def engine_items_plan(planning: Planning) -> list[Hook]:
     Planned in the engine core only, for either front end: ``EngineCore.preprocess_add_request`` is where
     the Python API server's requests and the Rust front end's alike arrive.
     """
-    from mmobs.vllm.engine_items import item_counter
+    from mmobs.vllm.engine_items import item_counter, uuid_rekey
 
     core = attribute(module(VLLM.engine_core), "EngineCore")
     original = function(core, "preprocess_add_request", parameters=2)
@@ -217,6 +217,10 @@ def engine_items_plan(planning: Planning) -> list[Hook]:
     if not {"data", "modality", "identifier", "mm_position"} <= fields:
         raise ShapeMismatch(f"MultiModalFeatureSpec has no data/modality/identifier/mm_position ({sorted(fields)})")
     capacity = whole_number_env(item_counter.INDEX_ENTRIES_ENV, item_counter.DEFAULT_INDEX_ENTRIES)
-    counter = item_counter.ItemCounter(running_front_end(), capacity)
+    front_end = running_front_end()
+    counter = item_counter.ItemCounter(front_end, capacity)
     item_counter.current = counter
-    return [Hook(core, "preprocess_add_request", item_counter.preprocess_add_request(original, counter))]
+    # Under the Rust front end no API server checks client uuids: the engine core does (uuid_rekey's docstring).
+    uuid_check = uuid_rekey.check_from_environment() if front_end == "rust" else None
+    wrapped = item_counter.preprocess_add_request(original, counter, uuid_check)
+    return [Hook(core, "preprocess_add_request", wrapped)]

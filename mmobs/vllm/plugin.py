@@ -78,6 +78,7 @@ from mmobs.vllm.shape import ShapeMismatch, vllm_version
 from mmobs.vllm.startup_line import startup_line
 from mmobs.vllm.startup_log import LOGGER, say
 from mmobs.vllm.switches import PLUGIN_ENV
+from mmobs.vllm.uuid_checks.uuid_metrics import METRIC_NAMES as UUID_CHECK_SERIES
 
 _lock = threading.Lock()
 _applied: list[Applied] = []
@@ -151,14 +152,17 @@ def _port_series(role: Role, front_end: FrontEnd) -> frozenset[str]:
     """The series this process adds to ``MMOBS_METRICS_PORT``: what no vLLM ``/metrics`` reads, and nothing else.
 
     The engine core's item counts (and, under the Rust front end, whose ``/metrics`` reads no Python registry,
-    its fingerprint). Every other process's series stay where vLLM serves them: a Python API server's on its
+    its uuid checks and its fingerprint). Every other process's series stay where vLLM serves them: a Python API server's on its
     ``/metrics``; every process's when ``--api-server-count`` above 1 shares vLLM's ``PROMETHEUS_MULTIPROC_DIR``.
     The hasher's series of the engine core and the workers, which only vLLM's dummy inputs reach, stay off the
     port. So no series is scraped twice.
     """
     if role != "engine core" or (front_end == "python" and multiprocess_dir() is not None):
         return frozenset()
-    return ENGINE_ITEM_SERIES | ({"mmobs_hasher_info"} if front_end == "rust" else frozenset())
+    if front_end == "python":
+        return ENGINE_ITEM_SERIES
+    # Under the Rust front end the engine core checks client uuids too, and says how the server keys.
+    return ENGINE_ITEM_SERIES | UUID_CHECK_SERIES | {"mmobs_hasher_info"}
 
 
 def unregister() -> None:

@@ -17,6 +17,7 @@ from mmobs.vllm.front_ends import FrontEnd, Role
 from mmobs.vllm.planning import Hook
 from mmobs.vllm.shape import vllm_version
 from mmobs.vllm.switches import FAST_KEYS_ENV, GUARD_ENV, enabled
+from mmobs.vllm.uuid_checks.uuid_check import conflicts_acted_on
 
 #: What no Python process can carry with the Rust front end, beside the features: the preset's HTTP side.
 _PRESET = "the preset (--middleware mmobs.vllm.Middleware)"
@@ -32,7 +33,8 @@ def startup_line(
     if front_end == "rust":
         no_place = [feature.name for feature in FEATURES if not feature.applies_in("engine core", "rust")]
         offers = (
-            "counting the multimodal items the engine core receives"
+            "counting the multimodal items the engine core receives, client uuids checked against their content "
+            f"(conflicts {'keyed by content' if conflicts_acted_on() else 'counted'})"
             if role == "engine core"
             else "offering nothing here"
         )

@@ -20,13 +20,20 @@ KEY = "9b79dc7cbc4434343db1eae2f488622cb4be8613482f688d8a60a49c2720df1a"
 OTHER = "0" * 64
 
 
-def feature(identifier: str, *, nbytes: int | None = 64, modality: str = "image", length: int = 4) -> Any:
-    """An item as the engine receives it: with ``nbytes`` of tensors, or none (the sender's cache held it)."""
+def feature(
+    identifier: str, *, nbytes: int | None = 64, modality: str = "image", length: int = 4, mm_hash: str | None = None
+) -> Any:
+    """An item as the engine receives it: with ``nbytes`` of tensors, or none (the sender's cache held it).
+
+    ``mm_hash`` is the identifier unless given: the Python front end's records without LoRA. The Rust front
+    end's for a client uuid have the uuid as identifier and the bytes' digest as ``mm_hash``; the Python
+    front end's under LoRA have ``"<lora>:<mm_hash>"`` as identifier.
+    """
     inputs = pytest.importorskip("vllm.multimodal.inputs")  # here, not at collection: other environments collect it
     data = None if nbytes is None else inputs.MultiModalKwargsItem.dummy(nbytes)
     return inputs.MultiModalFeatureSpec(
         data=data, modality=modality, identifier=identifier, mm_position=inputs.PlaceholderRange(offset=5, length=length),
-        mm_hash=identifier,
+        mm_hash=identifier if mm_hash is None else mm_hash,
     )  # fmt: skip
 
 
@@ -50,6 +57,27 @@ def test_an_identifier_is_the_front_ends_key_only_when_shaped_as_a_blake3_hex_di
     identifier: str, front_end: str, expected: str
 ) -> None:
     assert identifier_format(identifier, front_end) == expected  # type: ignore[arg-type]
+
+
+def test_items_are_counted_by_the_identifier_the_caches_use_not_by_mm_hash() -> None:
+    """A client uuid under the Rust front end (identifier the uuid, mm_hash the bytes' digest) counts as
+    client_uuid; a LoRA-prefixed identifier counts as the key behind it. Re-sends follow the identifier."""
+    items, registry = counter(front_end="rust")
+    items.count("r1", [feature("my-uuid", mm_hash=KEY, nbytes=10)])
+    items.count("r2", [feature(KEY, nbytes=10)])  # the same bytes without the uuid: another identifier
+    items.count("r3", [feature("my-uuid", mm_hash=OTHER, nbytes=10)])  # the uuid again: re-sent, as the caches see it
+    assert value(registry, "mmobs_vllm_engine_mm_items_total", modality="image", key_format="client_uuid") == 2
+    assert value(registry, "mmobs_vllm_engine_mm_items_total", modality="image", key_format="raw_bytes") == 1
+    assert value(registry, "mmobs_vllm_engine_mm_resent_items_total", modality="image") == 1
+    first, plain, again = items.recent_items()
+    assert (first["identifier"], first["mm_hash"], first["resent"]) == ("my-uuid", KEY, False)
+    assert (plain["identifier"], plain["mm_hash"], plain["resent"]) == (KEY, None, False)
+    assert (again["identifier"], again["mm_hash"], again["resent"]) == ("my-uuid", OTHER, True)
+    lora, registry = counter(front_end="python")
+    lora.count("r", [feature(f"adapter:{KEY}", mm_hash=KEY), feature("adapter:u-1", mm_hash="u-1")])
+    assert value(registry, "mmobs_vllm_engine_mm_items_total", modality="image", key_format="content") == 1
+    assert value(registry, "mmobs_vllm_engine_mm_items_total", modality="image", key_format="client_uuid") == 1
+    assert lora.recent_items()[0]["identifier"] == f"adapter:{KEY}"
 
 
 def test_each_item_is_counted_once_and_a_resent_one_with_its_tensor_bytes() -> None:

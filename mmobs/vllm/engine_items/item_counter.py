@@ -7,7 +7,9 @@ or ``None`` where the sender knows the engine holds them already. :func:`preproc
 wraps the engine core's first look at a request and counts, before vLLM's receiver cache fills the
 gaps:
 
-* every item, by modality and by how its identifier was made (:func:`identifier_format`);
+* every item, by modality and by how its identifier was made (:func:`identifier_format`): the
+  identifier the encoder cache and the prefix cache use, not ``mm_hash`` (the processor cache's key,
+  which differs under the Rust front end for a client's uuid, and under LoRA);
 * every item that came with its tensors although the engine core had seen its identifier before,
   and the tensor bytes it carried: the Python front end's sender cache spares the engine those,
   the Rust front end has none.
@@ -29,12 +31,15 @@ import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmobs.vllm.cache_drift.drift import BoundedMap
 from mmobs.vllm.engine_items.item_metrics import MODALITIES, EngineItemMetrics, KeyFormatLabel, engine_item_metrics
 from mmobs.vllm.front_ends import FrontEnd
 from mmobs.vllm.startup_log import say
+
+if TYPE_CHECKING:
+    from mmobs.vllm.engine_items.uuid_rekey import EngineUuidCheck
 
 INDEX_ENTRIES_ENV = "MMOBS_VLLM_ENGINE_INDEX_ENTRIES"
 #: About 200 bytes an entry: some 13 MB at capacity.
@@ -47,14 +52,17 @@ _SMALL_TENSOR = 8
 _HEX_KEY = re.compile(r"[0-9a-f]{64}")
 
 
-def identifier_format(identifier: str, front_end: FrontEnd) -> KeyFormatLabel:
+def identifier_format(identifier: str, front_end: FrontEnd, mm_hash: str | None = None) -> KeyFormatLabel:
     """How an identifier was made, from its shape: a 64-digit blake3 hex digest is the front end's own key.
 
     vLLM's Python front end keys by content (:func:`mmobs.key_for_bytes`), the Rust one by the file's
     raw bytes (``key_for_bytes(data, front_end="rust")``); anything else is a client's uuid taken as it
     came. A client uuid the Python front end scoped with the request's processor kwargs is hashed there,
-    and counts as ``content``.
+    and counts as ``content``. An identifier that is ``mm_hash`` behind a LoRA prefix (vLLM's Python
+    front end with ``enable_tower_connector_lora``) counts as ``mm_hash`` would.
     """
+    if mm_hash is not None and identifier.endswith(f":{mm_hash}"):
+        identifier = mm_hash
     if _HEX_KEY.fullmatch(identifier) is None:
         return "client_uuid"
     return "raw_bytes" if front_end == "rust" else "content"
@@ -66,7 +74,10 @@ class ItemSeen:
 
     request_id: str
     modality: str
+    #: The key the encoder cache and the prefix cache use.
     identifier: str
+    #: The processor cache's key (the content's digest under the Rust front end), where it differs.
+    mm_hash: str | None
     key_format: str
     offset: int | None
     length: int | None
@@ -107,8 +118,9 @@ class ItemCounter:
 
     def _count_one(self, request_id: str, feature: Any) -> ItemSeen:
         modality = feature.modality if feature.modality in MODALITIES else "other"
-        identifier = str(feature.mm_hash if getattr(feature, "mm_hash", None) is not None else feature.identifier)
-        key_format = identifier_format(identifier, self.front_end)
+        identifier = str(feature.identifier)
+        mm_hash = getattr(feature, "mm_hash", None)
+        key_format = identifier_format(identifier, self.front_end, mm_hash)
         self.metrics.item[modality, key_format].inc()
         data = feature.data
         resent = self.index.put(_index_key(identifier), None) and data is not None
@@ -121,6 +133,7 @@ class ItemCounter:
             request_id=str(request_id)[:_KEPT_CHARS],
             modality=modality,
             identifier=identifier[:_KEPT_CHARS],
+            mm_hash=None if mm_hash is None or mm_hash == identifier else str(mm_hash)[:_KEPT_CHARS],
             key_format=key_format,
             offset=getattr(position, "offset", None),
             length=getattr(position, "length", None),
@@ -167,8 +180,11 @@ def _nbytes(value: Any) -> int:
 current: ItemCounter | None = None
 
 
-def preprocess_add_request(original: Callable[..., Any], counter: ItemCounter) -> Callable[..., Any]:
-    """vLLM's ``EngineCore.preprocess_add_request``, counting the request's items first; never raises into vLLM."""
+def preprocess_add_request(
+    original: Callable[..., Any], counter: ItemCounter, uuid_check: EngineUuidCheck | None = None
+) -> Callable[..., Any]:
+    """vLLM's ``EngineCore.preprocess_add_request``, the request's client uuids checked (``uuid_check``: the Rust
+    front end's) and its items counted first, as the caches will key them; never raises into vLLM."""
 
     failed = threading.Event()
 
@@ -176,8 +192,11 @@ def preprocess_add_request(original: Callable[..., Any], counter: ItemCounter) -
     def preprocess(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
         features = getattr(request, "mm_features", None)
         if features:
+            request_id = str(getattr(request, "request_id", ""))
             try:
-                counter.count(getattr(request, "request_id", ""), features)
+                if uuid_check is not None:
+                    uuid_check.check(request_id, features)
+                counter.count(request_id, features)
             except Exception as error:  # noqa: BLE001 - counting must never cost vLLM a request
                 if not failed.is_set():  # said once: the counts are incomplete from here on
                     failed.set()

@@ -44,7 +44,7 @@ from mmobs.observability import tracing
 from mmobs.observability.log_fields import safe_text
 from mmobs.vllm.cache_drift.cache_attempt import request_id_now
 from mmobs.vllm.startup_log import say, whole_number_env
-from mmobs.vllm.uuid_checks.uuid_metrics import UuidCheckMetrics, uuid_check_metrics
+from mmobs.vllm.uuid_checks.uuid_metrics import ConflictAction, UuidCheckMetrics, uuid_check_metrics
 
 #: ``refuse`` (the default): a conflict is a 400; ``count``: counted and logged, answered as vLLM answers it.
 CONFLICTS_ENV = "MMOBS_VLLM_UUID_CONFLICTS"
@@ -174,17 +174,9 @@ class UuidChecker:
 
     def _conflict(self, modality: str, uuid: str, previous: str, content_key: str) -> UuidConflictError | None:
         """Count and log one conflict; the error to refuse the request with (``None`` when only counting)."""
-        action = "refused" if self.refuse else "counted"
-        self.metrics.conflict[action].inc()
-        shown = safe_text(uuid, UUID_CHARS)
-        self.log.warning(
-            "mm_uuid_conflict",
-            request_id=safe_text(request_id_now() or "", 128),
-            modality=safe_text(modality, 32),
-            uuid=shown,
-            previous_content_key=previous,
-            content_key=content_key[:KEY_CHARS],
-            action=action,
+        action: ConflictAction = "refused" if self.refuse else "counted"
+        shown = report_conflict(
+            self.metrics, self.log, request_id_now() or "", modality, uuid, previous, content_key, action
         )
         if not self.refuse:
             return None
@@ -193,6 +185,35 @@ class UuidChecker:
             f"{previous}, this one {content_key[:KEY_CHARS]}), and the server would answer with the "
             f"earlier {modality}'s features. Give each distinct {modality} a uuid of its own, or send it without one."
         )
+
+
+def report_conflict(
+    metrics: UuidCheckMetrics,
+    log: Any,
+    request_id: str,
+    modality: str,
+    uuid: str,
+    previous: str,
+    content_key: str,
+    action: ConflictAction,
+) -> str:
+    """Count one conflict by ``action`` and log it as ``mm_uuid_conflict``; the uuid as shown (cut, made safe).
+
+    One event for both places a uuid is checked (the API server, the engine core), so one alert, one
+    dashboard panel and one runbook read them alike.
+    """
+    metrics.conflict[action].inc()
+    shown = safe_text(uuid, UUID_CHARS)
+    log.warning(
+        "mm_uuid_conflict",
+        request_id=safe_text(request_id, 128),
+        modality=safe_text(modality, 32),
+        uuid=shown,
+        previous_content_key=previous,
+        content_key=content_key[:KEY_CHARS],
+        action=action,
+    )
+    return shown
 
 
 def get_mm_hashes(original: Callable[..., dict[str, list[str]]], checker: UuidChecker) -> Callable[..., Any]:
@@ -214,17 +235,24 @@ def get_mm_hashes(original: Callable[..., dict[str, list[str]]], checker: UuidCh
     return get_mm_hashes
 
 
-def _refuse_from_environment() -> bool:
-    """``MMOBS_VLLM_UUID_CONFLICTS``: ``refuse`` (the default) or ``count``; anything else refuses, with a warning."""
+def conflicts_acted_on() -> bool:
+    """``MMOBS_VLLM_UUID_CONFLICTS``: ``refuse`` (the default: acted on) or ``count``; anything else acts, with a warning.
+
+    Acting on a conflict is a 400 in the API server and keying the item by its content in the engine core.
+    """
     raw = os.environ.get(CONFLICTS_ENV, "refuse").strip().lower()
     if raw not in ("refuse", "count"):
         say(logging.WARNING, "mmobs: %s=%r is neither refuse nor count; refusing conflicts", CONFLICTS_ENV, raw)
     return raw != "count"
 
 
-def checker_from_environment() -> UuidChecker:
-    """The checker the switches ask for (read when vLLM loads the plugin)."""
-    index = UuidIndex(
+def index_from_environment() -> UuidIndex:
+    """The index ``MMOBS_VLLM_UUID_INDEX_ENTRIES`` and ``MMOBS_VLLM_UUID_INDEX_BYTES`` ask for."""
+    return UuidIndex(
         whole_number_env(INDEX_ENTRIES_ENV, DEFAULT_ENTRIES), whole_number_env(INDEX_BYTES_ENV, DEFAULT_BYTES)
     )
-    return UuidChecker(index, refuse=_refuse_from_environment())
+
+
+def checker_from_environment() -> UuidChecker:
+    """The checker the switches ask for (read when vLLM loads the plugin)."""
+    return UuidChecker(index_from_environment(), refuse=conflicts_acted_on())

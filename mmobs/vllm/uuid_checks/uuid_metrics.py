@@ -1,8 +1,10 @@
-"""The ``mmobs_vllm_mm_uuid_*`` series: client media uuids checked against their content in vLLM's API server.
+"""The ``mmobs_vllm_mm_uuid_*`` series: client media uuids checked against their content.
 
 Declared apart from :mod:`mmobs.observability.metrics` for the reason
-:mod:`mmobs.vllm.cache_drift.cache_metrics` is: they exist only where the plugin runs, on
-vLLM's ``/metrics``. Labels from closed sets (:data:`UUID_ITEM_KINDS`,
+:mod:`mmobs.vllm.cache_drift.cache_metrics` is: they exist only where the plugin runs. The Python
+API server checks uuids (its series on vLLM's ``/metrics``); under the Rust front end the engine core
+does (:mod:`mmobs.vllm.engine_items.uuid_rekey`, its series on ``MMOBS_METRICS_PORT``): one server
+has one of the two, so no series is scraped twice. Labels from closed sets (:data:`UUID_ITEM_KINDS`,
 :data:`CONFLICT_ACTIONS`). The index gauges are per process and summed over the
 live API servers under ``--api-server-count`` above 1 (each has its own index).
 """
@@ -17,8 +19,9 @@ from mmobs.observability.metrics import MetricSpec, made_once
 
 #: ``checked``: a uuid sent with its data, keyed by content too; ``uuid_only``: the data left out (nothing to check).
 UuidItemKind = Literal["checked", "uuid_only"]
-#: What became of a conflict: ``refused`` (a 400, the default) or ``counted`` (answered as vLLM answers it).
-ConflictAction = Literal["refused", "counted"]
+#: What became of a conflict: ``refused`` (the API server's 400, the default), ``rekeyed`` (the engine core's
+#: default, under the Rust front end: the item keyed by its content) or ``counted`` (answered as vLLM answers it).
+ConflictAction = Literal["refused", "rekeyed", "counted"]
 UUID_ITEM_KINDS: tuple[str, ...] = get_args(UuidItemKind)
 CONFLICT_ACTIONS: tuple[str, ...] = get_args(ConflictAction)
 
@@ -31,11 +34,13 @@ UUID_CHECK_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "conflicts", Counter, "mmobs_vllm_mm_uuid_conflicts_total",
         "Items whose uuid (as vLLM keys it: with the model and the request's hash factors) was seen before with "
-        "other content, by action: refused (a 400) or counted (MMOBS_VLLM_UUID_CONFLICTS=count).", ("action",),
+        "other content, by action: refused (a 400), rekeyed (the engine core keyed the item by its content: the Rust "
+        "front end) or counted (MMOBS_VLLM_UUID_CONFLICTS=count).", ("action",),
     ),
     MetricSpec(
         "index_entries", Gauge, "mmobs_vllm_mm_uuid_index_entries",
-        "Uuids the API server remembers with the content key they were first sent with.", (),
+        "Uuids the API server (or, under the Rust front end, the engine core) remembers with the content key they "
+        "were first sent with.", (),
         {"multiprocess_mode": "livesum"},
     ),
     MetricSpec(
