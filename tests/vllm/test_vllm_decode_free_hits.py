@@ -7,12 +7,14 @@ turn adds a new image and re-sends the earlier ones, as chat clients do. The
 answers (status, prompt tokens and their ids, the completion at temperature
 0), vLLM's own ``vllm:mm_cache_*`` deltas and every refusal's status and
 message must be the same; on the plugin's server every re-sent image must be
-a skipped decode, and mmobs's counts those an unskipped decode would give.
+a skipped decode (what Pillow decoded in each API server, read by the tests' witness plugin, shows it), and
+mmobs's counts those an unskipped decode would give.
 """
 
 from __future__ import annotations
 
 import base64
+import io
 from collections import Counter
 from typing import Any
 
@@ -103,6 +105,16 @@ def answer(server: VllmServer, messages: list[dict[str, Any]], **extra: Any) -> 
     return 200, (completion.usage.prompt_tokens, extra.get("prompt_token_ids"), completion.choices[0].message.content)
 
 
+def api_server_decodes(server: VllmServer, since: int) -> Counter[tuple[str, tuple[int, int]]]:
+    """The images Pillow decoded in the server's API server after the first ``since`` decodes, by format and size."""
+    api_servers = set(server.api_server_pids())
+    return Counter(
+        (decode["format"], (decode["size"][0], decode["size"][1]))
+        for decode in server.decodes()[since:]
+        if decode["pid"] in api_servers
+    )
+
+
 def vllm_cache(server: VllmServer) -> dict[Any, float]:
     return {key: value for key, value in server.samples("vllm:mm_cache").items() if "_created" not in key[0]}
 
@@ -127,10 +139,27 @@ def test_a_chat_that_resends_its_images_is_answered_as_vllm_alone_answers_it(
     turns = len(images)
     plugin_before, alone_before = vllm_cache(vllm_mmobs), vllm_cache(vllm_alone)
     mmobs_before = vllm_mmobs.samples()
+    decodes_before = {server.name: len(server.decodes()) for server in (vllm_mmobs, vllm_alone)}
     with_mmobs = run_chat(vllm_mmobs, images)
     alone = run_chat(vllm_alone, images)
     assert with_mmobs == alone
     assert all(ids for _, (_, ids, _) in with_mmobs), "the server returned no prompt token ids"
+
+    # What Pillow decoded in each API server (the tests' witness, not mmobs's counters): vLLM alone decodes every
+    # image on every send; with mmobs each image is decoded on its first send only, as often as alone decodes it.
+    decoded = {
+        server.name: api_server_decodes(server, decodes_before[server.name]) for server in (vllm_mmobs, vllm_alone)
+    }
+    sends, firsts = Counter[tuple[str, tuple[int, int]]](), Counter[tuple[str, tuple[int, int]]]()
+    for index, (_, data) in enumerate(images):
+        with Image.open(io.BytesIO(data)) as opened:  # the header only: no decode here
+            sends[(str(opened.format), opened.size)] += turns - index
+            firsts[(str(opened.format), opened.size)] += 1
+    by_mmobs, by_alone = decoded[vllm_mmobs.name], decoded[vllm_alone.name]
+    assert set(by_alone) == set(sends) and all(by_alone[image] >= sends[image] for image in sends), by_alone
+    assert {image: by_mmobs[image] * sends[image] for image in sends} == {
+        image: by_alone[image] * firsts[image] for image in sends
+    }, (by_mmobs, by_alone)
 
     # vLLM's own cache counts moved alike: the same lookups, the same hits.
     moved_plugin = delta(plugin_before, vllm_cache(vllm_mmobs))

@@ -207,10 +207,17 @@ def test_a_resent_image_costs_its_digest(render_keys: VllmServer) -> None:
     png = images.png_bytes(size=(320, 200), seed=301)
     body = chat(render_keys, user(*[image_part(p) for p in photo_jpegs], image_part(png, media_type="image/png")))
     first = render_keys.samples()
+    decodes = [len(render_keys.decodes())]
     assert post(render_keys, CHAT, body).status_code == 200
     second = render_keys.samples()
+    decodes.append(len(render_keys.decodes()))
     assert post(render_keys, CHAT, body).status_code == 200
     third = render_keys.samples()
+    decodes.append(len(render_keys.decodes()))
+    # What Pillow decoded in the server (the tests' witness, not mmobs's counters): the PNG once, nothing else.
+    (png_decode,) = render_keys.decodes()[decodes[0] : decodes[1]]
+    assert (png_decode["format"], png_decode["size"]) == ("PNG", [320, 200])
+    assert decodes[2] == decodes[1]
     sources = "mmobs_vllm_render_images_total"
     assert {key: value for key, value in delta(first, second).items() if key[0] == sources} == {
         series(sources, source="header"): 2,  # the JPEGs, from their header

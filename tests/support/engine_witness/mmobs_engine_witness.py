@@ -1,0 +1,92 @@
+"""A vLLM general plugin of the tests' own: what vLLM's scheduler received and what Pillow decoded, as JSON lines.
+
+The tests' oracle for what a running vLLM did, sharing no code with mmobs:
+
+* ``kind: "item"``, one line per multimodal item ``Scheduler.add_request`` receives: the ``Request``
+  the engine core built (after its preprocessing, mmobs's wrapper included), each of its
+  ``mm_features`` with the ``identifier`` the encoder cache and the prefix cache's extra keys use and
+  the ``mm_hash`` the processor cache uses;
+* ``kind: "decode"``, one line per image Pillow decodes in any of vLLM's processes (its pixels read
+  from the file: ``ImageFile.load`` entered with none yet), with the process id, format and size.
+
+A test server puts this folder on ``PYTHONPATH`` (vLLM finds the entry point in the ``.dist-info``
+beside this file) and names the file to append to in ``MMOBS_TEST_ENGINE_WITNESS``; unset, the
+plugin does nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+from typing import Any
+
+PATH_ENV = "MMOBS_TEST_ENGINE_WITNESS"
+
+
+def _tensor_bytes(item: Any) -> int:
+    """The bytes of an item's tensors (``MultiModalKwargsItem``: field name -> element with ``.data``)."""
+    if item is None:
+        return 0
+    total = 0
+    for element in item.values():
+        tensors = element.data if isinstance(element.data, (list, tuple)) else [element.data]
+        total += sum(int(t.numel()) * int(t.element_size()) for t in tensors if hasattr(t, "numel"))
+    return total
+
+
+def register() -> None:
+    path = os.environ.get(PATH_ENV)
+    if not path:
+        return
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    original = Scheduler.add_request
+    if getattr(original, "witnessed", False):
+        return
+    lock = threading.Lock()
+
+    def write(lines: list[dict[str, Any]]) -> None:
+        with lock, open(path, "a", encoding="utf-8") as file:
+            file.writelines(json.dumps(line) + "\n" for line in lines)
+
+    @functools.wraps(original)
+    def add_request(self: Any, request: Any) -> Any:
+        write(
+            [
+                {
+                    "kind": "item",
+                    "pid": os.getpid(),
+                    "request_id": request.request_id,
+                    "prompt_tokens": request.num_prompt_tokens,
+                    "modality": feature.modality,
+                    "identifier": feature.identifier,
+                    "mm_hash": feature.mm_hash,
+                    "offset": feature.mm_position.offset,
+                    "length": feature.mm_position.length,
+                    "with_data": feature.data is not None,
+                    "tensor_bytes": _tensor_bytes(feature.data),
+                }
+                for feature in request.mm_features or ()
+            ]
+        )
+        return original(self, request)
+
+    add_request.witnessed = True  # type: ignore[attr-defined]
+    Scheduler.add_request = add_request
+    _witness_decodes(write)
+
+
+def _witness_decodes(write: Any) -> None:
+    from PIL import ImageFile
+
+    original = ImageFile.ImageFile.load
+
+    @functools.wraps(original)
+    def load(self: Any) -> Any:
+        if self._im is None and self.tile:
+            write([{"kind": "decode", "pid": os.getpid(), "format": self.format, "size": list(self.size)}])
+        return original(self)
+
+    ImageFile.ImageFile.load = load
