@@ -19,6 +19,7 @@ import io
 import os
 import secrets
 from collections import Counter
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +124,18 @@ def test_the_metrics_port_says_the_front_end_and_the_fingerprint_in_its_key_form
     assert found[series("mmobs_vllm_front_end_info", front_end="rust")] == 1.0
     assert found[series("mmobs_vllm_front_end_info", front_end="python")] == 0.0
     (info,) = [dict(labels) for name, labels in found if name == "mmobs_hasher_info"]
-    assert (info["fingerprint"], info["key_format"]) == (compute_fingerprint(front_end="rust").digest, "rust")
+    fingerprint = compute_fingerprint(front_end="rust")
+    assert (info["fingerprint"], info["key_format"]) == (fingerprint.digest, "rust")
     # vLLM's own /metrics is vllm-rs's: it carries no Python registry, so no mmobs series.
     assert not rust_with_mmobs.samples(), "vllm-rs's /metrics carries mmobs series"
+    # The keys the fingerprint digests are the identifiers vLLM's engine receives for the reference files.
+    received = {}
+    for name in sorted(key.removeprefix("bytes:") for key in fingerprint.keys):
+        data = resources.files("mmobs").joinpath("reference", name).read_bytes()
+        media_type = "image/png" if name.endswith(".png") else "image/jpeg"
+        assert chat(rust_with_mmobs, data, media_type)[0] == 200, name
+        received[f"bytes:{name}"] = rust_with_mmobs.engine_received()[-1]["identifier"]
+    assert received == fingerprint.keys
 
 
 def test_every_image_reaches_the_engine_keyed_as_vllm_alone_keys_it_and_is_counted_once(

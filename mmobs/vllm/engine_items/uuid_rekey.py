@@ -15,8 +15,9 @@ digest beside it: the first content a uuid came with is remembered (a bounded LR
 is a **conflict**, counted and logged as the API server's are. By default the item is then keyed by
 its content: its identifier becomes its ``mm_hash``, exactly what the engine receives for the same
 image sent without a uuid, so no cache serves the first image for the second. Refusing is not
-offered here: the engine core fails a request whose preprocessing raises, and ``vllm-rs`` answers
-that with a 500. ``MMOBS_VLLM_UUID_CONFLICTS=count`` only counts and logs, leaving vLLM's keys.
+offered here: the engine core can refuse a request only by failing it (``FinishReason.ERROR``, as
+for a preprocessing error or the scheduler's own size check), which ``vllm-rs`` answers with a 500.
+``MMOBS_VLLM_UUID_CONFLICTS=count`` only counts and logs, leaving vLLM's keys.
 """
 
 from __future__ import annotations

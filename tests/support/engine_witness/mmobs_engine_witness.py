@@ -36,11 +36,30 @@ def _tensor_bytes(item: Any) -> int:
     return total
 
 
+def _item(request: Any, feature: Any) -> dict[str, Any]:
+    return {
+        "kind": "item",
+        "pid": os.getpid(),
+        "request_id": request.request_id,
+        "prompt_tokens": request.num_prompt_tokens,
+        "modality": feature.modality,
+        "identifier": feature.identifier,
+        "mm_hash": getattr(feature, "mm_hash", None),
+        "offset": feature.mm_position.offset,
+        "length": feature.mm_position.length,
+        "with_data": feature.data is not None,
+        "tensor_bytes": _tensor_bytes(feature.data),
+    }
+
+
 def register() -> None:
     path = os.environ.get(PATH_ENV)
     if not path:
         return
-    from vllm.v1.core.sched.scheduler import Scheduler
+    try:
+        from vllm.v1.core.sched.scheduler import Scheduler
+    except ImportError:  # a vLLM without that scheduler: nothing to witness there
+        return
 
     original = Scheduler.add_request
     if getattr(original, "witnessed", False):
@@ -53,24 +72,10 @@ def register() -> None:
 
     @functools.wraps(original)
     def add_request(self: Any, request: Any) -> Any:
-        write(
-            [
-                {
-                    "kind": "item",
-                    "pid": os.getpid(),
-                    "request_id": request.request_id,
-                    "prompt_tokens": request.num_prompt_tokens,
-                    "modality": feature.modality,
-                    "identifier": feature.identifier,
-                    "mm_hash": feature.mm_hash,
-                    "offset": feature.mm_position.offset,
-                    "length": feature.mm_position.length,
-                    "with_data": feature.data is not None,
-                    "tensor_bytes": _tensor_bytes(feature.data),
-                }
-                for feature in request.mm_features or ()
-            ]
-        )
+        try:  # a witness must never cost vLLM a request (an older release's records may lack a field)
+            write([_item(request, feature) for feature in getattr(request, "mm_features", None) or ()])
+        except Exception as error:
+            write([{"kind": "error", "pid": os.getpid(), "error": repr(error)}])
         return original(self, request)
 
     add_request.witnessed = True  # type: ignore[attr-defined]
@@ -85,7 +90,7 @@ def _witness_decodes(write: Any) -> None:
 
     @functools.wraps(original)
     def load(self: Any) -> Any:
-        if self._im is None and self.tile:
+        if getattr(self, "_im", None) is None and self.tile:
             write([{"kind": "decode", "pid": os.getpid(), "format": self.format, "size": list(self.size)}])
         return original(self)
 
