@@ -61,14 +61,14 @@ def _queries_module() -> Any:
     return module
 
 
-def _job(name: str, targets: str | Sequence[str], token: str | None = None) -> str:
-    """A scrape config of ``targets`` as job ``name``; with ``token``, one of its own (a second endpoint of the same
-    pods, as a PodMonitor's, whose ``authorization`` differs) that still labels them job ``name``."""
+def _job(name: str, targets: str | Sequence[str], token: str | None = None, scrape_name: str = "") -> str:
+    """A scrape config of ``targets`` as job ``name``; with ``token``, one of its own (``scrape_name``: a second
+    endpoint of the same pods, as a PodMonitor's, whose ``authorization`` differs) that still labels them ``name``."""
     listed = ", ".join(f"'{address}'" for address in ([targets] if isinstance(targets, str) else targets))
     if token is None:
         return f"  - job_name: {name}\n    static_configs:\n      - targets: [{listed}]\n"
     return (
-        f"  - job_name: {name}-token\n    authorization:\n      credentials: '{token}'\n"
+        f"  - job_name: {scrape_name}\n    authorization:\n      credentials: '{token}'\n"
         f"    static_configs:\n      - targets: [{listed}]\n"
         f"    relabel_configs:\n      - target_label: job\n        replacement: {name}\n"
     )
@@ -78,10 +78,10 @@ def scrape_jobs(name: str, targets: Sequence[str | VllmServer]) -> str:
     """Job ``name`` over ``targets``: addresses, and vLLM servers' metrics ports, each scraped with its token."""
     plain = [target for target in targets if isinstance(target, str)]
     text = _job(name, plain) if plain else ""
-    for server in (target for target in targets if not isinstance(target, str)):
-        text += _job(
-            name, f"127.0.0.1:{server.extra_env['MMOBS_METRICS_PORT']}", server.extra_env["MMOBS_METRICS_TOKEN"]
-        )
+    servers = [target for target in targets if not isinstance(target, str)]
+    for number, server in enumerate(servers):
+        address, token = f"127.0.0.1:{server.extra_env['MMOBS_METRICS_PORT']}", server.extra_env["MMOBS_METRICS_TOKEN"]
+        text += _job(name, address, token, f"{name}-port-{number}")
     return text
 
 

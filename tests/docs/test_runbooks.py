@@ -47,7 +47,8 @@ VLLM_RUNBOOK_PREFIX = "MmobsVllm"
 RUNBOOKS = sorted(p for p in (ROOT / "docs" / "runbooks").glob("*.md") if not p.stem.startswith(VLLM_RUNBOOK_PREFIX))
 JOB = "mmobs"
 #: The servers a runbook command may be meant for (its comment starts with one of them and a colon).
-SERVERS = ("mmobs serve", "vLLM")
+#: Whom a runbook command is for, by its comment's first word(s): ``vLLM Rust`` is vLLM with its Rust front end.
+SERVERS = ("mmobs serve", "vLLM", "vLLM Rust")
 #: The service's string hash seed, so that this test can tell which content its drift tracker samples.
 HASH_SEED = "56527"
 _BINARY_OPERATOR_END = re.compile(

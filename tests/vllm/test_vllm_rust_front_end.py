@@ -315,6 +315,24 @@ def test_a_uuid_sent_again_with_another_image_is_keyed_by_that_image(
     assert chat(rust_with_mmobs, PHOTO)[0] == chat(rust_alone, PHOTO)[0] == 200  # both engines keep serving
 
 
+def test_the_uuid_runbooks_commands_find_the_conflicts_on_the_rust_front_end(
+    rust_with_mmobs: VllmServer, tmp_path: Path
+) -> None:
+    """After the conflicts above: the runbook's commands for the Rust front end, run as written, read the engine
+    core's mm_uuid_conflict events from the server's log and the uuid series from the port, with its token."""
+    from tests.docs.test_runbooks import ROOT, run_commands
+
+    (tmp_path / "server.log").write_text(rust_with_mmobs.logs())
+    env = {
+        **os.environ,
+        "PATH": f"{Path(rust_with_mmobs.command[0]).parent}{os.pathsep}{os.environ['PATH']}",
+        "MMOBS_METRICS_TOKEN": rust_with_mmobs.extra_env["MMOBS_METRICS_TOKEN"],
+    }
+    port = f"127.0.0.1:{rust_with_mmobs.extra_env['MMOBS_METRICS_PORT']}"
+    runbook = ROOT / "docs" / "runbooks" / "MmobsVllmMmUuidConflict.md"
+    assert run_commands(runbook, tmp_path, env, {"HOST:9400": port}, "vLLM Rust") == 3
+
+
 def test_a_request_keyword_is_refused_alike(rust_with_mmobs: VllmServer, rust_alone: VllmServer) -> None:
     body = {"model": rust_alone.model, "max_tokens": 1, "messages": image_message(PHOTO),
             "mm_processor_kwargs": {"max_pixels": 100000}}  # fmt: skip
