@@ -124,6 +124,7 @@ class VllmServer(ManagedProcess):
         name: str = "vllm serve",
         timeout: float = 240.0,
         subcommand: Sequence[str] = ("serve",),
+        witness_decodes: bool = False,
     ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.venv = venv
@@ -150,6 +151,8 @@ class VllmServer(ManagedProcess):
             # The tests' witness of what vLLM's scheduler received (engine_witness's docstring), for every server.
             PYTHONPATH=os.pathsep.join(filter(None, [str(WITNESS), os.environ.get("PYTHONPATH")])),
             MMOBS_TEST_ENGINE_WITNESS=str(directory / "engine-witness.jsonl"),
+            # Pillow's decodes too, where a test asks (:meth:`decodes`): a file write per decode, kept off the others.
+            MMOBS_TEST_DECODE_WITNESS="1" if witness_decodes else "0",
         )
         self.witness = directory / "engine-witness.jsonl"
         #: What the caller added to the environment (the switches a user would set). A metrics port is served as
@@ -240,7 +243,8 @@ class VllmServer(ManagedProcess):
         return self.witnessed("item")
 
     def decodes(self) -> list[dict[str, Any]]:
-        """Every image Pillow decoded in the server's processes, oldest first (each with its ``pid``)."""
+        """Every image Pillow decoded in the server's processes, oldest first (each with its ``pid``): a server started
+        with ``witness_decodes=True``."""
         return self.witnessed("decode")
 
     def api_server_pids(self) -> list[int]:

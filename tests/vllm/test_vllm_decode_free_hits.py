@@ -36,7 +36,9 @@ _seed = iter(range(50_000, 1_000_000))
 
 
 def _serve(context: ServerContext, directory: str, args: tuple[str, ...], env: dict[str, str], name: str) -> VllmServer:
-    server = VllmServer(context.venv, context.model, context.directory(directory), args=args, env=env, name=name)
+    server = VllmServer(
+        context.venv, context.model, context.directory(directory), args=args, env=env, name=name, witness_decodes=True
+    )
     server.wait_for_warm_up()
     return server
 

