@@ -21,6 +21,9 @@ from prometheus_client.registry import CollectorRegistry
 from mmobs.asgi.http_errors import error_body
 from mmobs.observability.metrics import MetricSpec
 
+#: The token's variable, for every listener that takes one from the environment (``mmobs serve``, vLLM's port).
+TOKEN_ENV = "MMOBS_METRICS_TOKEN"
+
 Credentials = Literal["missing", "wrong"]
 CREDENTIALS: tuple[str, ...] = get_args(Credentials)
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mmobs.asgi.bearer import TOKEN_ENV
 from mmobs.observability.logs import LogFormat
 from mmobs.service.config import ServiceConfig
 
@@ -82,7 +83,7 @@ class ServeOptions:
             vllm_version=self.vllm_version,
             fetch_allow_private=self.fetch_allow_private,
             metrics_path=None if self.no_metrics or self.metrics_port else self.metrics_path,
-            metrics_token=self.metrics_token or os.environ.get("MMOBS_METRICS_TOKEN") or None,
+            metrics_token=self.metrics_token or os.environ.get(TOKEN_ENV) or None,
             allowed_hosts=tuple(self.allow_remote_host),
             log_format=self.log_format,
             log_level=self.log_level,

@@ -17,7 +17,6 @@ from mmobs.vllm.front_ends import FrontEnd, Role
 from mmobs.vllm.planning import Hook
 from mmobs.vllm.shape import vllm_version
 from mmobs.vllm.switches import FAST_KEYS_ENV, GUARD_ENV, enabled
-from mmobs.vllm.uuid_checks.uuid_check import conflicts_acted_on
 
 #: What no Python process can carry with the Rust front end, beside the features: the preset's HTTP side.
 _PRESET = "the preset (--middleware mmobs.vllm.Middleware)"
@@ -33,10 +32,7 @@ def startup_line(
     if front_end == "rust":
         no_place = [feature.name for feature in FEATURES if not feature.applies_in("engine core", "rust")]
         offers = (
-            "counting the multimodal items the engine core receives, client uuids checked against their content "
-            f"(conflicts {'keyed by content' if conflicts_acted_on() else 'counted'})"
-            if role == "engine core"
-            else "offering nothing here"
+            _engine_core_offers(planned.get("engine_items", ())) if role == "engine core" else "offering nothing here"
         )
         wrapped = wrapped if hooked else "nothing wrapped"
         return (
@@ -59,3 +55,13 @@ def startup_line(
         f"{wrapped}; {', '.join(switches)}"
     )
     return f"{line};{where}" if served else line
+
+
+def _engine_core_offers(hooks: Sequence[Hook]) -> str:
+    """What the engine core does under the Rust front end, read from the check its plan built (not the switches)."""
+    checks = [hook.replacement.uuid_check for hook in hooks if getattr(hook.replacement, "uuid_check", None)]
+    offers = "counting the multimodal items the engine core receives"
+    if not checks:
+        return offers
+    acted = "keyed by content" if checks[0].rekey else "counted"
+    return f"{offers}, client uuids checked against their content (conflicts {acted})"

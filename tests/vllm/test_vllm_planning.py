@@ -150,11 +150,7 @@ def test_with_the_rust_front_end_only_the_engine_cores_feature_applies_anywhere(
     ("role", "offers"),
     [
         ("supervisor", "offering nothing here"),
-        (
-            "engine core",
-            "counting the multimodal items the engine core receives, client uuids checked against their content "
-            "(conflicts keyed by content)",
-        ),
+        ("engine core", "counting the multimodal items the engine core receives"),  # no hook: no uuid check to name
     ],
 )
 def test_the_rust_front_ends_line_says_what_the_process_offers_and_names_what_has_no_place(

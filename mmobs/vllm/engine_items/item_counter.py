@@ -204,4 +204,5 @@ def preprocess_add_request(
                         "the engine's item counts are incomplete", type(error).__name__, error)  # fmt: skip
         return original(self, request, *args, **kwargs)
 
+    preprocess.uuid_check = uuid_check  # type: ignore[attr-defined]  # what the start-up line reports
     return preprocess

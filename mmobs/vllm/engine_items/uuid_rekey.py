@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from mmobs.vllm.uuid_checks.uuid_check import UuidIndex, conflicts_acted_on, index_from_environment, report_conflict
-from mmobs.vllm.uuid_checks.uuid_metrics import ConflictAction, UuidCheckMetrics, uuid_check_metrics
+from mmobs.vllm.uuid_checks.uuid_check import ConflictReporter, UuidIndex, conflicts_acted_on, index_from_environment
+from mmobs.vllm.uuid_checks.uuid_metrics import ConflictAction, UuidCheckMetrics
 
 
 def client_uuid(feature: Any) -> str | None:
@@ -38,7 +38,7 @@ def client_uuid(feature: Any) -> str | None:
     return str(identifier)
 
 
-class EngineUuidCheck:
+class EngineUuidCheck(ConflictReporter):
     """The engine core's uuid index, counters and log events; acting on a conflict means keying by content."""
 
     def __init__(
@@ -49,18 +49,8 @@ class EngineUuidCheck:
         metrics: UuidCheckMetrics | None = None,
         logger: Any = None,
     ) -> None:
-        self.index = index if index is not None else UuidIndex()
+        super().__init__(index, metrics, logger)
         self.rekey = rekey
-        self.metrics = metrics if metrics is not None else uuid_check_metrics()
-        self._logger = logger
-
-    @property
-    def log(self) -> Any:
-        if self._logger is None:
-            from mmobs.observability.logs import mmobs_logger
-
-            self._logger = mmobs_logger()
-        return self._logger
 
     def check(self, request_id: str, features: Iterable[Any]) -> None:
         """Check a request's ``mm_features`` before vLLM reads them; a conflicting item's identifier is replaced."""
@@ -76,7 +66,7 @@ class EngineUuidCheck:
             if previous is None:
                 continue
             action: ConflictAction = "rekeyed" if self.rekey else "counted"
-            report_conflict(self.metrics, self.log, request_id, feature.modality, uuid, previous, content_key, action)
+            self.report(request_id, feature.modality, uuid, previous, content_key, action)
             if self.rekey:
                 feature.identifier = content_key
         if checked:

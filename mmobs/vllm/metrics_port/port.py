@@ -28,7 +28,7 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from mmobs.asgi.bearer import UNAUTHORIZED
+from mmobs.asgi.bearer import TOKEN_ENV, UNAUTHORIZED
 from mmobs.vllm.metrics_port.merge import MergedCollector, own_series
 from mmobs.vllm.metrics_port.peers import PEERS_DIR_ENV, ask_peers, serve_peer
 from mmobs.vllm.startup_log import say
@@ -36,8 +36,6 @@ from mmobs.vllm.startup_log import say
 METRICS_PORT_ENV = "MMOBS_METRICS_PORT"
 #: The address the port listens on (default: every interface, as ``vllm serve`` listens by default).
 METRICS_HOST_ENV = "MMOBS_METRICS_HOST"
-#: The bearer token the port requires (the same variable ``mmobs serve`` reads for its metrics).
-METRICS_TOKEN_ENV = "MMOBS_METRICS_TOKEN"
 #: ``1`` serves ``/debug/mm-items`` (only with a token).
 METRICS_DEBUG_ENV = "MMOBS_METRICS_DEBUG"
 ITEMS_PATH = "/debug/mm-items"
@@ -80,7 +78,7 @@ def serve_metrics_port(hooked: bool, families: frozenset[str]) -> str | None:
     atexit.register(shutil.rmtree, directory, True)
     from mmobs.asgi.metrics_server import start_metrics_server
 
-    token = os.environ.get(METRICS_TOKEN_ENV) or None
+    token = os.environ.get(TOKEN_ENV) or None
     pages = {ITEMS_PATH: functools.partial(_items, directory)} if _debug_pages(token) else {}
     refusals = CollectorRegistry(auto_describe=False)  # the port's own: on no vLLM /metrics
     own_and_refusals = functools.partial(_joined, own, functools.partial(own_series, refusals, {UNAUTHORIZED.name}))
@@ -94,7 +92,7 @@ def serve_metrics_port(hooked: bool, families: frozenset[str]) -> str | None:
             "scrape", METRICS_PORT_ENV, port, error)  # fmt: skip
         return None
     os.environ[PEERS_DIR_ENV] = str(directory)  # vLLM's processes started from here on answer the port
-    guarded = "with a token" if token else f"without a token (set {METRICS_TOKEN_ENV})"
+    guarded = "with a token" if token else f"without a token (set {TOKEN_ENV})"
     return f"port {port} serves the engine core's series {guarded}{', and ' + ITEMS_PATH if pages else ''}"
 
 
@@ -104,7 +102,7 @@ def _debug_pages(token: str | None) -> bool:
         return False
     if token is None:
         say(logging.WARNING, "mmobs: %s=1 needs %s: %s shows every client's request ids and uuids, so it stays "
-            "off without a token", METRICS_DEBUG_ENV, METRICS_TOKEN_ENV, ITEMS_PATH)  # fmt: skip
+            "off without a token", METRICS_DEBUG_ENV, TOKEN_ENV, ITEMS_PATH)  # fmt: skip
         return False
     return True
 

@@ -104,7 +104,46 @@ class UuidIndex:
         return len(self._entries) * ENTRY_BYTES
 
 
-class UuidChecker:
+class ConflictReporter:
+    """What both places that check uuids share: the index of first contents, the counters and the log event.
+
+    The API server's check (:class:`UuidChecker`) and the engine core's
+    (:class:`~mmobs.vllm.engine_items.uuid_rekey.EngineUuidCheck`) report a conflict alike, so one alert,
+    one dashboard panel and one runbook read both.
+    """
+
+    def __init__(self, index: UuidIndex | None, metrics: UuidCheckMetrics | None, logger: Any) -> None:
+        self.index = index if index is not None else UuidIndex()
+        self.metrics = metrics if metrics is not None else uuid_check_metrics()
+        self._logger = logger
+
+    @property
+    def log(self) -> Any:
+        if self._logger is None:
+            from mmobs.observability.logs import mmobs_logger
+
+            self._logger = mmobs_logger()
+        return self._logger
+
+    def report(
+        self, request_id: str, modality: str, uuid: str, previous: str, content_key: str, action: ConflictAction
+    ) -> str:
+        """Count one conflict by ``action`` and log it as ``mm_uuid_conflict``; the uuid as shown (cut, made safe)."""
+        self.metrics.conflict[action].inc()
+        shown = safe_text(uuid, UUID_CHARS)
+        self.log.warning(
+            "mm_uuid_conflict",
+            request_id=safe_text(request_id, 128),
+            modality=safe_text(modality, 32),
+            uuid=shown,
+            previous_content_key=previous,
+            content_key=content_key[:KEY_CHARS],
+            action=action,
+        )
+        return shown
+
+
+class UuidChecker(ConflictReporter):
     """The index, the counters, the log events and the switch of one API server process."""
 
     def __init__(
@@ -115,19 +154,9 @@ class UuidChecker:
         metrics: UuidCheckMetrics | None = None,
         logger: Any = None,
     ) -> None:
-        self.index = index if index is not None else UuidIndex()
+        super().__init__(index, metrics, logger)
         self.refuse = refuse
-        self.metrics = metrics if metrics is not None else uuid_check_metrics()
-        self._logger = logger
         self._warned: set[str] = set()
-
-    @property
-    def log(self) -> Any:
-        if self._logger is None:
-            from mmobs.observability.logs import mmobs_logger
-
-            self._logger = mmobs_logger()
-        return self._logger
 
     def check(self, inputs: Any, hashes: dict[str, list[str]], rehash: Callable[[Any], dict[str, list[str]]]) -> None:
         """Check the uuid items of ``inputs`` (vLLM's ``ProcessorInputs``), whose keys vLLM computed as ``hashes``."""
@@ -175,9 +204,7 @@ class UuidChecker:
     def _conflict(self, modality: str, uuid: str, previous: str, content_key: str) -> UuidConflictError | None:
         """Count and log one conflict; the error to refuse the request with (``None`` when only counting)."""
         action: ConflictAction = "refused" if self.refuse else "counted"
-        shown = report_conflict(
-            self.metrics, self.log, request_id_now() or "", modality, uuid, previous, content_key, action
-        )
+        shown = self.report(request_id_now() or "", modality, uuid, previous, content_key, action)
         if not self.refuse:
             return None
         return UuidConflictError(
@@ -185,35 +212,6 @@ class UuidChecker:
             f"{previous}, this one {content_key[:KEY_CHARS]}), and the server would answer with the "
             f"earlier {modality}'s features. Give each distinct {modality} a uuid of its own, or send it without one."
         )
-
-
-def report_conflict(
-    metrics: UuidCheckMetrics,
-    log: Any,
-    request_id: str,
-    modality: str,
-    uuid: str,
-    previous: str,
-    content_key: str,
-    action: ConflictAction,
-) -> str:
-    """Count one conflict by ``action`` and log it as ``mm_uuid_conflict``; the uuid as shown (cut, made safe).
-
-    One event for both places a uuid is checked (the API server, the engine core), so one alert, one
-    dashboard panel and one runbook read them alike.
-    """
-    metrics.conflict[action].inc()
-    shown = safe_text(uuid, UUID_CHARS)
-    log.warning(
-        "mm_uuid_conflict",
-        request_id=safe_text(request_id, 128),
-        modality=safe_text(modality, 32),
-        uuid=shown,
-        previous_content_key=previous,
-        content_key=content_key[:KEY_CHARS],
-        action=action,
-    )
-    return shown
 
 
 def get_mm_hashes(original: Callable[..., dict[str, list[str]]], checker: UuidChecker) -> Callable[..., Any]:
