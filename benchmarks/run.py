@@ -23,6 +23,9 @@ Sections, one module each (``--sections`` takes any of them; ``--only a,b`` is t
 * ``vllm-decode-free`` (``bench_vllm_decode_free.py``): the same two servers
   on re-sent images (all cached, and multi-turn chats): API-server CPU and
   latency with decode-free cache hits against vLLM alone (about 6 minutes);
+* ``vllm-video`` (``bench_vllm_video.py``): the same two servers on re-sent
+  720p video clips (10 s and 60 s): API-server CPU of a first and a re-sent
+  turn with decode-free hits against vLLM alone (about 8 minutes);
 * ``vllm-uuid-check`` (``bench_vllm_uuid_check.py``): vLLM 0.33's
   ``get_mm_hashes`` in process, with and without a client uuid, checked and
   not, beside the no-decode key of the same bytes (needs ``.ci/install-vllm``);
@@ -67,6 +70,7 @@ SECTIONS = (
     "service",
     "vllm-server",
     "vllm-decode-free",
+    "vllm-video",
     "vllm-uuid-check",
     "vllm-front-end",
     "tracing",  # last: tracing on sets the process's tracer provider for good

@@ -131,6 +131,7 @@ FIRST_PROVEN: dict[str, str] = {
     "front_end": "0.32.0",
     "engine_items": "0.32.0",
     "render": "0.32.0",
+    "video": "0.32.0",
 }
 
 
@@ -144,6 +145,8 @@ class VllmModules:
     hasher: str = "vllm.multimodal.hasher"
     image: str = "vllm.multimodal.image"
     media_image: str = "vllm.multimodal.media.image"
+    media_video: str = "vllm.multimodal.media.video"
+    video_opencv: str = "vllm.multimodal.video_decoders.opencv"
     connector: str = "vllm.multimodal.media.connector"
     connections: str = "vllm.connections"
     cache_lru: str = "vllm.multimodal.cache.lru"

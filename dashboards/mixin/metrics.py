@@ -109,12 +109,14 @@ VLLM_UUID_CHECK_METRICS: frozenset[str] = frozenset(
 )
 
 # -- mmobs inside vLLM's API server (mmobs/vllm/front_end/front_end_metrics.py) ---------------------
-#: The multimodal front end's stages: downloads (seconds and bytes), data URLs' base64, image
-#: decodes, the HF processor on a request's misses (seconds and items), and the whole front end.
+#: The multimodal front end's stages: downloads (seconds and bytes), data URLs' base64, image and video
+#: decodes (and a decoded clip's frames read and kept), the HF processor on a request's misses (seconds and
+#: items), and the whole front end.
 VLLM_MEDIA_DOWNLOAD = "mmobs_vllm_mm_media_download_seconds"
 VLLM_MEDIA_DOWNLOAD_SIZE = "mmobs_vllm_mm_media_download_bytes"
 VLLM_BASE64_DECODE = "mmobs_vllm_mm_base64_decode_seconds"
 VLLM_DECODE = "mmobs_vllm_mm_decode_seconds"
+VLLM_VIDEO_FRAMES = "mmobs_vllm_mm_video_frames"
 VLLM_PROCESSOR = "mmobs_vllm_mm_processor_seconds"
 VLLM_PROCESSOR_ITEMS = "mmobs_vllm_mm_processor_items"
 VLLM_FRONT_END = "mmobs_vllm_mm_preprocessing_total_seconds"
@@ -125,11 +127,18 @@ VLLM_FRONT_END_METRICS: frozenset[str] = frozenset(
         VLLM_MEDIA_DOWNLOAD_SIZE,
         VLLM_BASE64_DECODE,
         VLLM_DECODE,
+        VLLM_VIDEO_FRAMES,
         VLLM_PROCESSOR,
         VLLM_PROCESSOR_ITEMS,
         VLLM_FRONT_END,
     }
 )
+
+# -- mmobs inside vLLM's API server (mmobs/vllm/video_budget.py) -----------------------------------------
+#: Video clips refused before their decode, by the budget their header showed they would exceed.
+VLLM_VIDEO_REFUSALS = "mmobs_vllm_video_refusals_total"
+
+VLLM_VIDEO_BUDGET_METRICS: frozenset[str] = frozenset({VLLM_VIDEO_REFUSALS})
 
 # -- mmobs inside vLLM's engine core, either front end (mmobs/vllm/engine_items/item_metrics.py) -----------
 #: The front end that serves (python or rust), the items the engine core received by how their identifier

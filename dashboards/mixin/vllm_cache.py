@@ -85,49 +85,63 @@ def per_model(query: QueryStyle, metric: str, *matchers: str, by: tuple[str, ...
     )
 
 
-def per_instance(query: QueryStyle, title: str, description: str, unit: str, gauge: str) -> dict[str, Any]:
-    """A gauge of each API server (an index's size), summed per scrape target."""
+def per_instance(
+    query: QueryStyle, title: str, description: str, unit: str, gauge: str, by: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """A gauge of each API server (an index's size), summed per scrape target (and ``by``)."""
+    legend = " ".join(f"{{{{{label}}}}}" for label in (*by, "instance"))
     return timeseries(
         title,
         description,
         unit,
-        [target(query.aggregate("sum", query.select(gauge), ["instance"]), "A", "{{instance}}")],
+        [target(query.aggregate("sum", query.select(gauge), ["instance", *by]), "A", legend)],
     )
 
 
 def decode_panels(query: QueryStyle) -> list[dict[str, Any]]:
     """What the decode-free hits saved the API server, beside the lookups (docs/vllm.md, "Decode-free cache hits")."""
-    saved = f"{per_model(query, metrics.VLLM_SKIPPED_DECODE_CPU)}\n-\n{per_model(query, metrics.VLLM_LATE_DECODE_CPU)}"
+    by = ("modality",)
+    saved = (
+        f"{per_model(query, metrics.VLLM_SKIPPED_DECODE_CPU, by=by)}\n-\n"
+        f"{per_model(query, metrics.VLLM_LATE_DECODE_CPU, by=by)}"
+    )
     return [
         timeseries(
             "API-server CPU saved by decode-free cache hits",
-            "CPU cores' worth of image decoding the API server did not do, per model: re-sent images whose key vLLM's "
-            "processor cache held were keyed from their bytes and not decoded again (the CPU their first decode "
-            "took), less the late decodes (an item that left the cache between the lookup and the processor). "
+            "CPU cores' worth of image and video decoding the API server did not do, per model and modality: re-sent "
+            "images and clips whose key vLLM's processor cache held were keyed from their bytes and not decoded again "
+            "(the CPU their first decode took), less the late decodes (an item that left the cache between the "
+            "lookup and the processor). "
             "Beside the lookups and hits: it follows the hits of re-sent images. Index size: "
             "mmobs_vllm_decoded_index_entries.",
             "short",
             [
-                target(saved, "A", "cores saved {{model_name}}"),
-                target(per_model(query, metrics.VLLM_SKIPPED_DECODES), "B", "decodes skipped/s {{model_name}}"),
-                target(per_model(query, metrics.VLLM_LATE_DECODES), "C", "late decodes/s {{model_name}}"),
+                target(saved, "A", "cores saved {{modality}} {{model_name}}"),
+                target(
+                    per_model(query, metrics.VLLM_SKIPPED_DECODES, by=by), "B", "{{modality}} skipped/s {{model_name}}"
+                ),
+                target(per_model(query, metrics.VLLM_LATE_DECODES, by=by), "C", "{{modality}} late/s {{model_name}}"),
             ],
         ),
         per_instance(
             query,
             "Remembered decodes",
             "Decodes each API server remembers by the digest of their bytes, to skip them when the same bytes come "
-            "again (bounded by MMOBS_VLLM_DECODED_INDEX_ENTRIES, 16384 by default).",
+            "again, by modality (bounded by MMOBS_VLLM_DECODED_INDEX_ENTRIES, 16384 images by default, and "
+            "MMOBS_VLLM_DECODED_CLIPS, 4096 clips).",
             "short",
             metrics.VLLM_DECODED_INDEX_ENTRIES,
+            by=("modality",),
         ),
         per_instance(
             query,
             "Remembered decodes' memory",
-            "What the remembered decodes take in each API server (bounded by MMOBS_VLLM_DECODED_INDEX_BYTES, 16 MiB "
-            "by default; a record is counted as 832 bytes and its error texts).",
+            "What the remembered decodes take in each API server, by modality (bounded by "
+            "MMOBS_VLLM_DECODED_INDEX_BYTES and MMOBS_VLLM_DECODED_CLIPS_BYTES, 16 MiB each by default; an image's "
+            "record is counted as 832 bytes and its error texts, a clip's as 1,088 and 32 a kept frame).",
             "bytes",
             metrics.VLLM_DECODED_INDEX_BYTES,
+            by=("modality",),
         ),
     ]
 

@@ -26,7 +26,8 @@ SHARE_STEP = AlertThresholds().vllm_front_end_ttft_share
 STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (metrics.VLLM_MEDIA_DOWNLOAD, "download", ()),
     (metrics.VLLM_BASE64_DECODE, "base64", ()),
-    (metrics.VLLM_DECODE, "decode", ('outcome="decoded"',)),
+    (metrics.VLLM_DECODE, "image decode", ('modality="image"', 'outcome="decoded"')),
+    (metrics.VLLM_DECODE, "video decode", ('modality="video"', 'outcome="decoded"')),
     (metrics.HASH_DURATION, "key", ()),
     (metrics.VLLM_PROCESSOR, "processor (misses, per request)", ()),
     (metrics.VLLM_FRONT_END, "front end (per request)", (MODEL_NAME,)),
@@ -51,11 +52,12 @@ def stage_quantile(query: QueryStyle, q: str, metric: str, matchers: tuple[str, 
 def stage_latency(query: QueryStyle, q: str, percentile: str) -> dict[str, Any]:
     return timeseries(
         f"Front-end stage latency {percentile}",
-        f"The {percentile} of each stage of vLLM's multimodal front end, per item (download, base64, decode, "
-        "key) or per request (the HF processor on the items the processor cache did not hold; the whole front "
+        f"The {percentile} of each stage of vLLM's multimodal front end, per item (download, base64, image or video "
+        "decode, key) or per request (the HF processor on the items the processor cache did not hold; the whole front "
         "end, from vLLM's arrival time to the hand-off to the engine). Decodes are the ones vLLM's loader did "
         "(skipped decode-free hits are not). A stage that rises alone names the cause: slow media hosts "
-        "(download), huge data URLs (base64), big or hostile images (decode), cache misses (processor).",
+        "(download), huge data URLs (base64), big or hostile images or long clips (decode), cache misses "
+        "(processor).",
         "s",
         [
             target(stage_quantile(query, q, metric, matchers), chr(ord("A") + index), legend)
@@ -91,8 +93,31 @@ def panels(query: QueryStyle) -> list[dict[str, Any]]:
             "Images per second through vLLM's loader: decoded, skipped (decode-free processor-cache hits: keyed "
             "from their bytes, never decoded again) and refused (a 400, reason in mmobs_bad_images_total).",
             "ops",
-            [target(query.sum_rate(f"{metrics.VLLM_DECODE}_count", by=["outcome"]), legend="{{outcome}}")],
+            [
+                target(
+                    query.sum_rate(f"{metrics.VLLM_DECODE}_count", 'modality="image"', by=["outcome"]),
+                    legend="{{outcome}}",
+                )
+            ],
             stack=True,
+        ),
+        timeseries(
+            "Video clips loaded per second, and their frames",
+            "Video clips per second through vLLM's loader, by outcome: decoded, skipped (decode-free hits: re-sent "
+            "clips keyed from their bytes) and refused (a 400; refused before the decode for a budget: by budget, "
+            "mmobs_vllm_video_refusals_total). Beside them, the frames decoded clips read and kept per second: "
+            "OpenCV reads every frame up to the last one kept, so read far above kept is a long clip sampled "
+            "sparsely (its cost follows read).",
+            "ops",
+            [
+                target(
+                    query.sum_rate(f"{metrics.VLLM_DECODE}_count", 'modality="video"', by=["outcome"]),
+                    "A",
+                    "clips {{outcome}}",
+                ),
+                target(query.sum_rate(metrics.VLLM_VIDEO_REFUSALS, by=["budget"]), "B", "refused over {{budget}}"),
+                target(query.sum_rate(f"{metrics.VLLM_VIDEO_FRAMES}_sum", by=["count"]), "C", "frames {{count}}"),
+            ],
         ),
         timeseries(
             "HF processor time per processed item",
@@ -126,9 +151,10 @@ def panels(query: QueryStyle) -> list[dict[str, Any]]:
 
 def lines(query: QueryStyle) -> list[GridLine]:
     """The row header, the two latency panels beside the share, then throughput."""
-    p50, p95, share, fetched, loaded, per_item, requests = panels(query)
+    p50, p95, share, fetched, loaded, videos, per_item, requests = panels(query)
     return [
         [(row(TITLE), 24, 1)],
         [(p50, 8, 8), (p95, 8, 8), (share, 8, 8)],
-        [(fetched, 6, 8), (loaded, 6, 8), (per_item, 6, 8), (requests, 6, 8)],
+        [(fetched, 8, 8), (loaded, 8, 8), (videos, 8, 8)],
+        [(per_item, 12, 8), (requests, 12, 8)],
     ]

@@ -19,8 +19,9 @@ from collections.abc import Callable
 from typing import Any
 
 from mmobs.releases import VLLM_MODULES as VLLM
-from mmobs.vllm import loader_hooks
+from mmobs.vllm import loader_hooks, video_budget
 from mmobs.vllm.context_hooks import context_make_async, context_submit, not_traffic
+from mmobs.vllm.decode_free_hits import clip_skip
 from mmobs.vllm.decode_free_hits.decode_skip import DecodeSkipper
 from mmobs.vllm.front_ends import running_front_end
 from mmobs.vllm.keys import key_hooks
@@ -166,6 +167,37 @@ def decode_free_plan(planning: Planning) -> list[Hook]:
 
 def _decline_shm(skipper: DecodeSkipper, cache: object) -> None:
     skipper.decline("its processor cache is vLLM's shared-memory one (--mm-processor-cache-type shm)")
+
+
+def video_plan(planning: Planning) -> list[Hook]:
+    """Video clips: each load timed with its frames, its decode bounded; with decode-free hits, re-sent clips not
+    decoded again.
+
+    The budgets (:mod:`mmobs.vllm.video_budget`) are checked in vLLM's OpenCV decoder, once vLLM's own header
+    read and sampling rule have chosen the frames and before it reads one.
+
+    The decode-free part (:mod:`mmobs.vllm.decode_free_hits.clip_skip`) rides on the images' skipper (its
+    processor caches, its switch) and decodes, before the HF processor reads them, any undecoded clip among a
+    request's misses.
+    """
+    media_video = module(VLLM.media_video)
+    loader_class = attribute(media_video, "VideoMediaIO")
+    original_load_bytes = function(loader_class, "load_bytes", parameters=2)
+    opencv = module(VLLM.video_opencv)
+    mixin = attribute(opencv, "OpenCVVideoBackendMixin")
+    read_frames = video_budget.read_frames(_classmethod(mixin, "read_frames"), attribute(opencv, "cv2"))
+    hooks = [Hook(mixin, "read_frames", classmethod(read_frames))]
+    skipper = None
+    if planning.skipper is not None:
+        processor_class = attribute(module(VLLM.processor), "BaseMultiModalProcessor")
+        original_missing = function(processor_class, "_get_cache_missing_items", parameters=4)
+        skipper = clip_skip.ClipSkipper(planning.skipper, attribute(media_video, "MediaWithBytes"), loader_class)
+        hooks.append(Hook(processor_class, "_get_cache_missing_items", clip_skip.decode_missing(original_missing)))
+    planning.clip_skipper = skipper
+    return [
+        *hooks,
+        Hook(loader_class, "load_bytes", loader_hooks.load_video_bytes(original_load_bytes, skipper=skipper)),
+    ]
 
 
 def cache_drift_plan(planning: Planning) -> list[Hook]:

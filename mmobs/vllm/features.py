@@ -33,6 +33,14 @@ def _front_end_state(hooks: Sequence[Hook]) -> str:
     return "timed" if any(hook.name == "process_inputs" for hook in hooks) else "off"
 
 
+def _video_state(hooks: Sequence[Hook]) -> str:
+    """Bounded and timed, with decode-free hits or without (the images' are off), or off."""
+    if not hooks:
+        return "off"
+    skips = any(hook.name == "_get_cache_missing_items" for hook in hooks)
+    return "bounded, timed, decode-free hits" if skips else "bounded, timed"
+
+
 def _render_state(hooks: Sequence[Hook]) -> str:
     """Keys-only (the processor's step wrapped), full (counted and guarded), or off."""
     if not hooks:
@@ -89,6 +97,14 @@ FEATURES: tuple[Feature, ...] = (
         processes="API server",
         shown_as="render",
         state=_render_state,
+    ),
+    Feature(
+        "video",
+        "video clips' timings, budgets and decode-free hits",
+        feature_plans.video_plan,
+        processes="API server",
+        shown_as="video",
+        state=_video_state,
     ),
     Feature(
         "engine_items",

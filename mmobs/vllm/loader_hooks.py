@@ -8,6 +8,7 @@ that imported it by name, Molmo2's included)
 ``ImageMediaIO.load_bytes``                    ``bad_image`` (reason from the cause)
 ``MediaConnector._load_data_url``              ``bad_image`` (``bad_data_url``,
                                                ``bad_base64``)
+``VideoMediaIO.load_bytes``                    the clip's load timed, its frames counted
 =============================================  =====================================
 
 With the guard (``MMOBS_VLLM_GUARD=1``) mmobs's structural checks run before
@@ -36,7 +37,8 @@ from mmobs.events import TransposeFailure, get_observer
 from mmobs.keys.guard import check_image_bytes
 from mmobs.keys.refusals import bad_image_from_pillow, empty_image_error, report_bad_image
 from mmobs.observability import tracing
-from mmobs.vllm.decode_free_hits import decode_skip
+from mmobs.vllm import video_budget
+from mmobs.vllm.decode_free_hits import clip_skip, decode_skip
 from mmobs.vllm.front_end import stages as front_end
 from mmobs.vllm.render import render_mode
 from mmobs.vllm.shape import vllm_max_pixels
@@ -109,6 +111,45 @@ def load_bytes(
                 raise _named(refusal) from error
             mark_reported(error, refusal.reason)  # for _load_data_url, which this call is inside of, and the trace
             raise
+
+    return load_bytes
+
+
+def load_video_bytes(
+    original: Callable[[Any, bytes], Any], *, skipper: clip_skip.ClipSkipper | None = None
+) -> Callable[[Any, bytes], Any]:
+    """vLLM's video loader, timed with the frames it read and kept; with decode-free hits, re-sent clips undecoded.
+
+    vLLM's own loader refuses what it refuses, in its words: nothing here changes a status or a message.
+    """
+    decode = original if skipper is None else functools.partial(skipper.load, original)
+
+    @functools.wraps(original)
+    def load_bytes(self: Any, data: bytes) -> Any:
+        # The request's decoded-bytes budget (vLLM 0.33), for the decoder's check (mmobs.vllm.video_budget).
+        token = video_budget.current_decode_budget.set(getattr(getattr(self, "image_io", None), "decoded_budget", None))
+        try:
+            return timed_load(self, data)
+        finally:
+            video_budget.current_decode_budget.reset(token)
+
+    def timed_load(self: Any, data: bytes) -> Any:
+        if not front_end.watched():  # not traffic: nothing to time, nothing to remember
+            return original(self, data)
+        started = perf_counter()
+        result = None
+        with tracing.span("mmobs.video.load") as live:
+            if live is not None:
+                live.set_attribute("mmobs.video.format", front_end.video_format_label(data))
+                live.set_attribute("mmobs.media.bytes", len(data))
+            try:
+                result = decode(self, data)
+                return result
+            finally:
+                skipped = isinstance(clip_skip.frames_of(getattr(result, "media", None)), clip_skip.UndecodedFrames)
+                outcome = front_end.video_decoded(data, result, perf_counter() - started, skipped)
+                if live is not None:
+                    live.set_attribute("mmobs.outcome", outcome)
 
     return load_bytes
 

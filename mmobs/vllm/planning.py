@@ -24,6 +24,7 @@ from mmobs.vllm.shape import Plan, ShapeMismatch
 from mmobs.vllm.startup_log import say
 
 if TYPE_CHECKING:
+    from mmobs.vllm.decode_free_hits.clip_skip import ClipSkipper
     from mmobs.vllm.decode_free_hits.decode_skip import DecodeSkipper
 
 
@@ -89,6 +90,8 @@ class Planning:
     """
 
     skipper: DecodeSkipper | None = None
+    #: The video clips' skipper, built on the images' one (None: clips are decoded on every send).
+    clip_skipper: ClipSkipper | None = None
 
 
 def _on_or_off(hooks: Sequence[Hook]) -> str:

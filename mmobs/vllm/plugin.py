@@ -68,7 +68,7 @@ from mmobs.observability.instrument import metrics_for, set_hasher_info
 from mmobs.observability.metrics import multiprocess_dir
 from mmobs.observability.stdlib_events import log_events_to_stdlib
 from mmobs.releases import keyed_as
-from mmobs.vllm.decode_free_hits import decode_skip
+from mmobs.vllm.decode_free_hits import clip_skip, decode_skip
 from mmobs.vllm.engine_items.item_metrics import METRIC_NAMES as ENGINE_ITEM_SERIES
 from mmobs.vllm.features import FEATURES
 from mmobs.vllm.front_ends import FrontEnd, Role, process_role, running_front_end
@@ -125,6 +125,7 @@ def register() -> None:
             return
         _applied.extend(hook.apply() for hooks in planned.values() for hook in hooks)
         decode_skip.activate(planning.skipper if planned["decode_free_hits"] else None)
+        clip_skip.activate(planning.clip_skipper if planned["video"] else None)
         _fingerprint_in_the_running_release(front_end)
         if front_end == "rust" and planned["engine_items"]:
             # No hash runs in Python to set it on first use: the engine core says how this server keys.
@@ -172,5 +173,6 @@ def unregister() -> None:
         while _applied:
             _applied.pop().restore()
         decode_skip.activate(None)
+        clip_skip.activate(None)
         _declined = False
         log_events_to_stdlib(None)

@@ -24,6 +24,7 @@ from mmobs.vllm.engine_items.item_metrics import METRIC_NAMES as ENGINE_ITEM_NAM
 from mmobs.vllm.front_end.front_end_metrics import METRIC_NAMES as FRONT_END_NAMES
 from mmobs.vllm.render.render_metrics import METRIC_NAMES as RENDER_NAMES
 from mmobs.vllm.uuid_checks.uuid_metrics import METRIC_NAMES as UUID_CHECK_NAMES
+from mmobs.vllm.video_budget import METRIC_NAMES as VIDEO_BUDGET_NAMES
 from tests.support import require_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +59,7 @@ METRIC_NAMES = (
     | FRONT_END_NAMES
     | ENGINE_ITEM_NAMES
     | RENDER_NAMES
+    | VIDEO_BUDGET_NAMES
 )
 RUNBOOK_URL = "https://github.com/mmobs/mmobs/blob/main/docs/runbooks/{}.md"
 SEVERITIES = frozenset({"critical", "warning", "info"})

@@ -26,6 +26,7 @@ from mmobs.vllm.engine_items.item_metrics import METRIC_NAMES as ENGINE_ITEM_NAM
 from mmobs.vllm.front_end.front_end_metrics import METRIC_NAMES as FRONT_END_NAMES
 from mmobs.vllm.render.render_metrics import METRIC_NAMES as RENDER_NAMES
 from mmobs.vllm.uuid_checks.uuid_metrics import METRIC_NAMES as UUID_CHECK_NAMES
+from mmobs.vllm.video_budget import METRIC_NAMES as VIDEO_BUDGET_NAMES
 from tests.dashboards.dashboard_files import (
     ALERTS,
     DASHBOARDS,
@@ -103,6 +104,7 @@ def test_mixin_metric_names_are_mmobs_metric_names() -> None:
     assert mixin_metrics.VLLM_FRONT_END_METRICS == FRONT_END_NAMES
     assert mixin_metrics.VLLM_ENGINE_ITEM_METRICS == ENGINE_ITEM_NAMES
     assert mixin_metrics.VLLM_RENDER_METRICS == RENDER_NAMES
+    assert mixin_metrics.VLLM_VIDEO_BUDGET_METRICS == VIDEO_BUDGET_NAMES
     assert mixin_metrics.VLLM_METRICS == VLLM_METRICS
 
 

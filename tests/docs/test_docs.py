@@ -30,6 +30,8 @@ from mmobs.vllm.render.render_metrics import METRIC_NAMES as RENDER_METRIC_NAMES
 from mmobs.vllm.render.render_metrics import RENDER_METRICS
 from mmobs.vllm.uuid_checks.uuid_metrics import METRIC_NAMES as VLLM_UUID_METRIC_NAMES
 from mmobs.vllm.uuid_checks.uuid_metrics import UUID_CHECK_METRICS
+from mmobs.vllm.video_budget import METRIC_NAMES as VIDEO_BUDGET_METRIC_NAMES
+from mmobs.vllm.video_budget import VIDEO_BUDGET_METRICS
 from tests.support.markdown import section
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,6 +166,7 @@ def test_the_readme_names_every_metric() -> None:
         | set(VLLM_FRONT_END_METRIC_NAMES)
         | set(ENGINE_ITEM_METRIC_NAMES)
         | set(RENDER_METRIC_NAMES)
+        | set(VIDEO_BUDGET_METRIC_NAMES)
         | {UNAUTHORIZED.name}
     )
     assert listed == declared, f"README lacks {sorted(declared - listed)}, names unknown {sorted(listed - declared)}"
@@ -203,6 +206,13 @@ def test_the_vllm_page_gives_every_engine_item_series_with_its_labels_and_help()
     rows = re.findall(r"^\| `(mmobs_vllm_[a-z0-9_]+)(?:\{([a-z_, ]*)\})?` \| (.+) \|$", text, flags=re.MULTILINE)
     documented = [(name, tuple(filter(None, labels.split(", "))), meaning) for name, labels, meaning in rows]
     assert documented == [(spec.name, spec.labels, spec.documentation) for spec in ENGINE_ITEM_METRICS]
+
+
+def test_the_video_page_gives_every_budget_series_with_its_labels_and_help() -> None:
+    text = section((DOCS / "vllm-video.md").read_text(encoding="utf-8"), "## Every decode bounded before it starts")
+    rows = re.findall(r"^\| `(mmobs_vllm_[a-z0-9_]+)(?:\{([a-z_, ]*)\})?` \| (.+) \|$", text, flags=re.MULTILINE)
+    documented = [(name, tuple(filter(None, labels.split(", "))), meaning) for name, labels, meaning in rows]
+    assert documented == [(spec.name, spec.labels, spec.documentation) for spec in VIDEO_BUDGET_METRICS]
 
 
 def test_the_routers_page_gives_every_render_series_with_its_labels_and_help() -> None:

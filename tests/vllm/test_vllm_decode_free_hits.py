@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 from collections import Counter
 from typing import Any
 
@@ -24,6 +25,7 @@ from PIL import Image
 
 from tests.support import golden
 from tests.support.images import encode, noisy_image, png_header_only
+from tests.support.videos import Clip, clip_bytes
 from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
 from tests.support.vllm_requests import client_for, comparable, drift_sampled, expected_for
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series
@@ -175,9 +177,9 @@ def test_a_chat_that_resends_its_images_is_answered_as_vllm_alone_answers_it(
 
     # Every re-sent image was a decode-free hit, none decoded late; mmobs counted what a decode would have given.
     moved = delta(mmobs_before, vllm_mmobs.samples())
-    assert moved[series(SKIPPED)] == resent
-    assert series(LATE) not in moved
-    assert moved[series("mmobs_vllm_skipped_decode_cpu_seconds_total")] > 0
+    assert moved[series(SKIPPED, modality="image")] == resent
+    assert series(LATE, modality="image") not in moved
+    assert moved[series("mmobs_vllm_skipped_decode_cpu_seconds_total", modality="image")] > 0
     sampled = drift_sampled([data for _, data in images], "0")
     expected: Counter[Any] = Counter()
     for index, ((_, data), is_sampled) in enumerate(zip(images, sampled, strict=True)):
@@ -194,6 +196,73 @@ def test_a_chat_that_resends_its_images_is_answered_as_vllm_alone_answers_it(
     )
     assert got == +expected
     assert got[series("mmobs_exif_fallback_total", kind="media_with_bytes", exception="SyntaxError")] == 1
+
+
+def test_a_chat_that_resends_its_clip_is_answered_as_vllm_alone_answers_it(
+    vllm_mmobs: VllmServer, vllm_alone: VllmServer
+) -> None:
+    """Every turn re-sends the clip: the same answers; with mmobs only the first turn opens the container."""
+    clip = clip_bytes(Clip(frames=8, fps=4.0, seed=next(_seed)), python=vllm_mmobs.venv / "bin" / "python")
+    url = f"data:video/mp4;base64,{base64.b64encode(clip).decode()}"
+    turns = 3
+    opened_before = {server.name: len(server.witnessed("video_open")) for server in (vllm_mmobs, vllm_alone)}
+    mmobs_before = vllm_mmobs.samples()
+
+    def chat(server: VllmServer) -> list[tuple[int, Any]]:
+        answers: list[tuple[int, Any]] = []
+        for turn in range(1, turns + 1):
+            parts = [{"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": f"Turn {turn}?"}]
+            answers.append(answer(server, [{"role": "user", "content": parts}]))
+        return answers
+
+    with_mmobs, alone = chat(vllm_mmobs), chat(vllm_alone)
+    assert with_mmobs == alone and all(status == 200 for status, _ in alone), alone
+
+    # What OpenCV opened in each API server (the tests' witness): alone, the clip on every turn; with mmobs, once.
+    opened = {
+        server.name: sum(
+            1
+            for line in server.witnessed("video_open")[opened_before[server.name] :]
+            if line["pid"] in set(server.api_server_pids())
+        )
+        for server in (vllm_mmobs, vllm_alone)
+    }
+    assert opened[vllm_mmobs.name] >= 1 and opened[vllm_alone.name] == turns * opened[vllm_mmobs.name], opened
+
+    moved = delta(mmobs_before, vllm_mmobs.samples())
+    assert moved[series(SKIPPED, modality="video")] == turns - 1
+    assert series(LATE, modality="video") not in moved
+    decodes = "mmobs_vllm_mm_decode_seconds_count"
+    assert moved[series(decodes, format="mp4", modality="video", outcome="skipped")] == turns - 1
+    assert moved[series(decodes, format="mp4", modality="video", outcome="decoded")] == 1
+    assert moved[series("mmobs_vllm_mm_video_frames_count", count="kept")] == 1
+
+
+def test_a_clip_over_the_frames_budget_is_refused_before_its_decode_and_broken_ones_as_vllm_alone(
+    vllm_mmobs: VllmServer, vllm_alone: VllmServer
+) -> None:
+    """Over ten minutes of a still scene (19,000 frames, 768 kept): vLLM alone decodes it all before it answers; mmobs
+    refuses it first with a 400 naming its budget (the default) and counts it. Broken containers: vLLM's 400, alike."""
+    python = vllm_mmobs.venv / "bin" / "python"
+
+    def ask(server: VllmServer, data: bytes) -> tuple[int, Any]:
+        url = f"data:video/mp4;base64,{base64.b64encode(data).decode()}"
+        return answer(server, [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": url}}]}])
+
+    clip = clip_bytes(Clip(frames=8, fps=4.0, seed=next(_seed)), python)
+    for broken in (clip[: len(clip) // 2], b"\x00" * 1024):
+        status, message = ask(vllm_mmobs, broken)
+        assert (status, message) == ask(vllm_alone, broken) and status == 400, message
+    long_still = clip_bytes(Clip(frames=19_000, fps=30.0, seed=next(_seed), scene="still"), python)
+    before = vllm_mmobs.samples()
+    alone = ask(vllm_alone, long_still)
+    status, message = ask(vllm_mmobs, long_still)
+    read = re.search(r"too_costly: decoding this video would read (\d+) frames to keep 768, over the 18000 "
+                     r"MMOBS_VLLM_VIDEO_MAX_FRAMES_READ allows", message)  # fmt: skip
+    assert status == 400 and read is not None and 18_000 < int(read[1]) <= 19_000, (message, alone)
+    moved = delta(before, vllm_mmobs.samples())
+    assert moved[series("mmobs_vllm_video_refusals_total", budget="frames_read")] == 1
+    assert moved[series("mmobs_vllm_mm_decode_seconds_count", format="mp4", modality="video", outcome="refused")] == 1
 
 
 def test_a_stand_in_the_processor_reads_after_all_is_decoded_late_and_answered_alike(
@@ -215,7 +284,7 @@ def test_a_stand_in_the_processor_reads_after_all_is_decoded_late_and_answered_a
         results.append((answer(server, plain), answer(server, by_uuid), answer(server, plain)))
         moved = delta(before, server.samples("mmobs_vllm_"))
         if server is vllm_mmobs:
-            assert moved[series(SKIPPED)] == 2 and moved[series(LATE)] == 1, moved
+            assert moved[series(SKIPPED, modality="image")] == 2 and moved[series(LATE, modality="image")] == 1, moved
     assert results[0] == results[1]
     assert [status for status, _ in results[0]] == [200, 200, 200]
 
@@ -308,7 +377,7 @@ def test_a_configuration_without_a_usable_cache_keeps_vllms_path_and_says_why_on
     answers = run_chat(server, images)
     assert answers == run_chat(vllm_alone, images)
     moved = delta(before, server.samples("mmobs_vllm_"))
-    assert series(SKIPPED) not in moved and series(LATE) not in moved
+    assert series(SKIPPED, modality="image") not in moved and series(LATE, modality="image") not in moved
     said = [line for line in server.log_lines() if "decode-free cache hits are off in this API server" in line]
     assert len(said) == 1 and DECLINED[name][1] in said[0] and "(APIServer pid=" in said[0], said
 
@@ -323,7 +392,9 @@ def test_each_api_server_skips_with_its_own_cache(vllm_servers_json: VllmServer)
         status, _ = answer(server, [{"role": "user", "content": content([image], "Describe.")}])
         assert status == 200
     moved = delta(before, server.samples("mmobs_vllm_"))
-    decoded_by = moved[series("mmobs_vllm_decoded_index_entries")]  # the servers that decoded it once each
+    decoded_by = moved[
+        series("mmobs_vllm_decoded_index_entries", modality="image")
+    ]  # the servers that decoded it once each
     assert decoded_by in (1, 2)
-    assert moved[series(SKIPPED)] == sends - decoded_by
-    assert series(LATE) not in moved
+    assert moved[series(SKIPPED, modality="image")] == sends - decoded_by
+    assert series(LATE, modality="image") not in moved

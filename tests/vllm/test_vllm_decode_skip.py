@@ -69,8 +69,8 @@ def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
         yield patch
 
 
-def counted(name: str) -> float:
-    return REGISTRY.get_sample_value(name) or 0.0
+def counted(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 def load_and_key(parts: types.SimpleNamespace, data: bytes, **loader_kwargs: Any) -> tuple[Any, str, RecordingObserver]:
@@ -132,7 +132,10 @@ def test_a_cached_image_is_keyed_without_a_decode_and_decodes_late_to_vllms_pixe
     first, key, first_events = load_and_key(vllm_parts, data)
     assert not isinstance(first.media, LazyImage)
     cache_it(vllm_parts, key)
-    skipped, late = counted("mmobs_vllm_skipped_decodes_total"), counted("mmobs_vllm_late_decodes_total")
+    skipped, late = (
+        counted("mmobs_vllm_skipped_decodes_total", modality="image"),
+        counted("mmobs_vllm_late_decodes_total", modality="image"),
+    )
 
     again, again_key, again_events = load_and_key(vllm_parts, data)
     assert isinstance(again.media, LazyImage) and not again.media.decoded
@@ -142,13 +145,13 @@ def test_a_cached_image_is_keyed_without_a_decode_and_decodes_late_to_vllms_pixe
     facts = ("mode", "size", "format", "format_description")
     assert [getattr(again.media, fact) for fact in facts] == [getattr(first.media, fact) for fact in facts]
     assert again.io_config == first.io_config and again.original_bytes == data
-    assert counted("mmobs_vllm_skipped_decodes_total") == skipped + 1
-    assert counted("mmobs_vllm_late_decodes_total") == late
+    assert counted("mmobs_vllm_skipped_decodes_total", modality="image") == skipped + 1
+    assert counted("mmobs_vllm_late_decodes_total", modality="image") == late
 
     # The processor reads the pixels (the item was evicted meanwhile): decoded now, once, and exactly vLLM's.
     assert again.media.tobytes() == first.media.tobytes()
     assert again.media.decoded and again.media.info == first.media.info and again.media.palette == first.media.palette
-    assert counted("mmobs_vllm_late_decodes_total") == late + 1
+    assert counted("mmobs_vllm_late_decodes_total", modality="image") == late + 1
 
 
 def test_bytes_the_cache_does_not_hold_are_decoded_as_vllm_decodes_them(vllm_parts: types.SimpleNamespace) -> None:
@@ -217,7 +220,7 @@ def test_concurrent_readers_decode_a_stand_in_once(vllm_parts: types.SimpleNames
     first, key, _ = load_and_key(vllm_parts, data)
     cache_it(vllm_parts, key)
     again, _, _ = load_and_key(vllm_parts, data)
-    late = counted("mmobs_vllm_late_decodes_total")
+    late = counted("mmobs_vllm_late_decodes_total", modality="image")
     results: list[bytes] = []
     threads = [threading.Thread(target=lambda: results.append(again.media.tobytes())) for _ in range(8)]
     for thread in threads:
@@ -225,7 +228,7 @@ def test_concurrent_readers_decode_a_stand_in_once(vllm_parts: types.SimpleNames
     for thread in threads:
         thread.join()
     assert results == [first.media.tobytes()] * 8
-    assert counted("mmobs_vllm_late_decodes_total") == late + 1
+    assert counted("mmobs_vllm_late_decodes_total", modality="image") == late + 1
 
 
 def test_the_index_is_bounded_in_entries_and_bytes() -> None:
@@ -247,8 +250,8 @@ def test_the_index_is_bounded_in_entries_and_bytes() -> None:
 
 def test_the_index_size_is_on_metrics(vllm_parts: types.SimpleNamespace) -> None:
     load_and_key(vllm_parts, png_bytes("RGB", (9, 9), seed=17))
-    assert counted("mmobs_vllm_decoded_index_entries") == len(vllm_parts.skipper.index) > 0
-    assert counted("mmobs_vllm_decoded_index_bytes") == vllm_parts.skipper.index.nbytes > 0
+    assert counted("mmobs_vllm_decoded_index_entries", modality="image") == len(vllm_parts.skipper.index) > 0
+    assert counted("mmobs_vllm_decoded_index_bytes", modality="image") == vllm_parts.skipper.index.nbytes > 0
 
 
 def test_the_lazy_image_answers_mode_and_size_without_decoding() -> None:
@@ -275,7 +278,7 @@ def test_the_guard_keeps_vllms_own_message_where_vllm_refuses_too(
     from mmobs.errors import BadImageError
     from mmobs.vllm import loader_hooks, plugin
 
-    (original,) = [r.original for r in plugin._applied if r.name == "load_bytes"]
+    (original,) = [r.original for r in plugin._applied if r.name == "load_bytes" and r.owner is vllm_parts.loader]
     monkeypatch.setenv("VLLM_MAX_IMAGE_PIXELS", "100")
     data = png_bytes("RGB", (20, 10), seed=18)
     with pytest.raises(ValueError) as by_vllm:
@@ -302,7 +305,9 @@ def test_a_vllm_whose_loader_defers_decoding_is_left_alone(vllm_parts: types.Sim
 
     with pytest.raises(ShapeMismatch, match="no longer decodes eagerly"):
         probe_decodes(deferring, vllm_parts.loader, MediaWithBytes)
-    (original,) = [r.original for r in vllm_parts.plugin._applied if r.name == "load_bytes"]
+    (original,) = [
+        r.original for r in vllm_parts.plugin._applied if r.name == "load_bytes" and r.owner is vllm_parts.loader
+    ]
     probe_decodes(original, vllm_parts.loader, MediaWithBytes)  # vLLM 0.33's own loader passes
 
 

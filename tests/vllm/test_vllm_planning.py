@@ -130,7 +130,7 @@ def test_the_start_up_line_says_where_the_release_stands(
     assert api_server.startswith(f"mmobs (API server): counting vLLM {version}'s multimodal fallbacks {stands}")
     assert api_server.endswith(
         "; 0 attributes wrapped (); guard off, fast keys off, decode-free hits off, cache drift off, "
-        "uuid conflicts off, front-end stages off, render off"
+        "uuid conflicts off, front-end stages off, render off, video off"
     )
     engine = startup_line.startup_line(nothing, "engine core", "python")
     assert engine.startswith(f"mmobs (engine process): counting vLLM {version}'s multimodal fallbacks {stands}")
@@ -161,7 +161,7 @@ def test_the_rust_front_ends_line_says_what_the_process_offers_and_names_what_ha
     assert line.startswith(f"mmobs ({role}, Rust front end): {offers} (vLLM ")
     assert (
         "; nothing wrapped; vllm-rs serves the API, loads and keys images, so there is no place for decode_free_hits, "
-        "keys, loader, context, cache_drift, uuid_checks, front_end, render or the preset" in line
+        "keys, loader, context, cache_drift, uuid_checks, front_end, render, video or the preset" in line
     )
     assert line.endswith("; no MMOBS_METRICS_PORT is served, so no scrape reads the engine core")
     served = startup_line.startup_line(nothing, role, "rust", "its series on port 9400")  # type: ignore[arg-type]

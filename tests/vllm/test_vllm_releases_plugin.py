@@ -47,6 +47,7 @@ DECLINED_LINES = {
     "uuid_checks": "client media uuid checks are off",
     "front_end": "the front end's stage timings are off",
     "render": "the render endpoints' counts, guard and keys-only answers are off",
+    "video": "video clips' timings, budgets and decode-free hits are off",
 }
 
 

@@ -229,9 +229,12 @@ def test_a_resent_image_costs_its_digest(render_keys: VllmServer) -> None:
     }
     skipped = "mmobs_vllm_skipped_decodes_total"
     assert delta(first, second).get(series(skipped)) == 2 and delta(second, third).get(series(skipped)) == 3
-    assert series("mmobs_vllm_late_decodes_total") not in delta(first, third)  # nothing read the pixels
+    assert series("mmobs_vllm_late_decodes_total", modality="image") not in delta(
+        first, third
+    )  # nothing read the pixels
     assert (
-        third[series("mmobs_vllm_decoded_index_entries")] >= 3 and third[series("mmobs_vllm_decoded_index_bytes")] > 0
+        third[series("mmobs_vllm_decoded_index_entries", modality="image")] >= 3
+        and third[series("mmobs_vllm_decoded_index_bytes", modality="image")] > 0
     )
 
 

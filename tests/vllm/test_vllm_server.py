@@ -89,7 +89,8 @@ def test_the_plugin_loads_in_every_vllm_process(vllm_server: VllmServer) -> None
     api = loaded["mmobs (API server)"]
     assert int(api["pid"]) == vllm_server.process.pid and api["level"] == "INFO"
     assert re.search(r"; \d+ attributes wrapped \(.*ImageMediaIO\.load_bytes.*\); guard on, fast keys off, "
-                     r"decode-free hits on, cache drift healed, uuid conflicts refused, front-end stages timed, render full; "
+                     r"decode-free hits on, cache drift healed, uuid conflicts refused, front-end stages timed, render full, "
+                     r"video bounded, timed, decode-free hits; "
                      r"port \d+ serves the engine core's series with a token, and /debug/mm-items$", api["message"]), api["message"]  # fmt: skip
     engines = [
         m for m in map(VLLM_LINE.match, vllm_server.log_lines()) if m and "mmobs (engine process)" in m["message"]
@@ -321,8 +322,8 @@ def test_two_api_servers_sum_exactly_and_log_json(vllm_servers_json: VllmServer)
     assert engine[series("mmobs_vllm_engine_mm_resent_items_total", modality="image")] >= requests - 1
     assert comparable(moved) == expected
     # Each API server decoded that JPEG at most once (its own cache and index); every other send was a hit.
-    decoded_by = moved.get(series("mmobs_vllm_decoded_index_entries"), 0)
-    assert moved.get(series("mmobs_vllm_skipped_decodes_total"), 0) == requests - decoded_by
+    decoded_by = moved.get(series("mmobs_vllm_decoded_index_entries", modality="image"), 0)
+    assert moved.get(series("mmobs_vllm_skipped_decodes_total", modality="image"), 0) == requests - decoded_by
 
     records = [json.loads(line) for line in server.log_lines()[lines_before:] if line.startswith("{")]
     fallbacks = [record for record in records if record.get("event") == "exif_fallback"]

@@ -42,7 +42,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import thread_time
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from blake3 import blake3
 from PIL import Image
@@ -97,13 +97,20 @@ class Record:
         return 512 + 80 * MAX_KEYS + texts
 
 
-class DecodedIndex:
-    """A thread-safe LRU of :class:`Record` by :data:`IndexKey`, bounded in entries and in bytes."""
+class Remembered(Protocol):
+    def nbytes(self) -> int: ...
+
+
+RecordT = TypeVar("RecordT", bound=Remembered)
+
+
+class DecodedIndex(Generic[RecordT]):
+    """A thread-safe LRU of records (an image's :class:`Record`, a clip's) by :data:`IndexKey`, bounded in entries and in bytes."""
 
     def __init__(self, max_entries: int, max_bytes: int, on_change: Callable[[int, int], None] | None = None) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self._records: OrderedDict[IndexKey, tuple[Record, int]] = OrderedDict()
+        self._records: OrderedDict[IndexKey, tuple[RecordT, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self._on_change = on_change
@@ -115,7 +122,7 @@ class DecodedIndex:
     def nbytes(self) -> int:
         return self._bytes
 
-    def get(self, key: IndexKey) -> Record | None:
+    def get(self, key: IndexKey) -> RecordT | None:
         with self._lock:
             found = self._records.get(key)
             if found is None:
@@ -123,7 +130,7 @@ class DecodedIndex:
             self._records.move_to_end(key)
             return found[0]
 
-    def put(self, key: IndexKey, record: Record) -> None:
+    def put(self, key: IndexKey, record: RecordT) -> None:
         """Add or refresh ``record``; the least recently used go while either bound is exceeded."""
         size = record.nbytes()
         with self._lock:
@@ -173,13 +180,13 @@ class DecodeSkipper:
         media_with_bytes: type,
         loader_class: type,
         *,
-        index: DecodedIndex | None = None,
+        index: DecodedIndex[Record] | None = None,
         metrics: DecodeSkipMetrics | None = None,
     ) -> None:
         self.media_with_bytes = media_with_bytes
         self.loader_class = loader_class
         self.metrics = metrics or decode_skip_metrics()
-        self.index = index or DecodedIndex(
+        self.index: DecodedIndex[Record] = index or DecodedIndex(
             whole_number_env(INDEX_ENTRIES_ENV, DEFAULT_INDEX_ENTRIES),
             whole_number_env(INDEX_BYTES_ENV, DEFAULT_INDEX_BYTES),
             on_change=self.metrics.index_size,
@@ -203,6 +210,11 @@ class DecodeSkipper:
 
     def add_cache(self, cache: object) -> None:
         self.caches.add(cache)
+
+    @property
+    def declined(self) -> bool:
+        """Whether every item of this process keeps vLLM's path (a cache a stand-in cannot be held to)."""
+        return self._declined is not None
 
     def decline(self, why: str) -> None:
         """Keep vLLM's path for every image of this process, and say why once."""

@@ -31,8 +31,11 @@ FetchOutcome = Literal["ok", "failed"]
 Base64Outcome = Literal["ok", "refused"]
 #: ``decoded`` by vLLM's loader; ``skipped``: a decode-free processor-cache hit; ``refused``: a 400.
 DecodeOutcome = Literal["decoded", "skipped", "refused"]
-#: The formats sniffed from the bytes (lower case); ``other`` for anything else, empty bytes included.
-Format = Literal["jpeg", "png", "webp", "gif", "tiff", "bmp", "other"]
+#: The formats sniffed from the bytes (lower case); ``other`` for anything else, empty bytes included. A video's
+#: container: ``mp4`` (ISO BMFF: MP4, MOV), ``webm`` (Matroska: WebM, MKV), ``avi``.
+Format = Literal["jpeg", "png", "webp", "gif", "tiff", "bmp", "mp4", "webm", "avi", "other"]
+#: A decoded clip's frames: ``read`` (those its decoder passed through, up to the last it kept) and ``kept``.
+FrameCount = Literal["read", "kept"]
 #: Multimodal items in a request, in ranges: the front end's cost grows with them.
 ItemCount = Literal["0", "1", "2-3", "4-7", "8+"]
 
@@ -40,6 +43,7 @@ MODALITIES: tuple[str, ...] = get_args(Modality)
 DECODE_OUTCOMES: tuple[str, ...] = get_args(DecodeOutcome)
 FORMATS: tuple[str, ...] = get_args(Format)
 ITEM_COUNTS: tuple[str, ...] = get_args(ItemCount)
+FRAME_COUNTS: tuple[str, ...] = get_args(FrameCount)
 
 #: A download: 1 ms (a loopback file) to 60 s (past vLLM's default fetch timeout, 5 s for images).
 DOWNLOAD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -49,6 +53,8 @@ DOWNLOAD_SIZE_BUCKETS = tuple(float(1024 * 4**i) for i in range(9))
 BASE64_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 #: A decode: 25 us (a skipped one: a lookup) to 10 s (a huge image on a busy core).
 DECODE_BUCKETS = (2.5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+#: A clip's frames: 1 to 16,384 (9 minutes at 30 fps), by factors of 2.
+FRAME_BUCKETS = tuple(float(2**i) for i in range(15))
 #: The HF processor on a request's misses, and the whole front end: 1 ms to 60 s.
 REQUEST_STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -72,9 +78,15 @@ FRONT_END_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "decode", Histogram, "mmobs_vllm_mm_decode_seconds",
-        "Time vLLM's image loader spent on one image's bytes, by modality, format (sniffed from the bytes) and "
-        "outcome: decoded, skipped (a decode-free processor-cache hit) or refused (a 400).",
+        "Time vLLM's image or video loader spent on one item's bytes, by modality, format (sniffed from the "
+        "bytes) and outcome: decoded, skipped (a decode-free processor-cache hit) or refused (a 400).",
         ("modality", "format", "outcome"), {"buckets": DECODE_BUCKETS},
+    ),
+    MetricSpec(
+        "video_frames", Histogram, "mmobs_vllm_mm_video_frames",
+        "Frames of one decoded video clip, by count: read (the frames its decoder passed through, up to the last "
+        "one it kept: what the decode cost follows) and kept (what the model sees).",
+        ("count",), {"buckets": FRAME_BUCKETS},
     ),
     MetricSpec(
         "processor", Histogram, "mmobs_vllm_mm_processor_seconds",
@@ -120,6 +132,7 @@ class FrontEndMetrics:
     download_size: Histogram
     base64: Histogram
     decode: Histogram
+    video_frames: Histogram
     processor: Histogram
     processor_items: Histogram
     front_end: Histogram
@@ -150,6 +163,11 @@ class FrontEndMetrics:
     def observe_decode(self, modality: str, format: str, outcome: str, seconds: float) -> None:
         labels = (modality, format, outcome)
         (self._bound["decode"].get(labels) or self._bind("decode", labels))(seconds)
+
+    def observe_video_frames(self, read: int, kept: int) -> None:
+        for count, frames in (("read", read), ("kept", kept)):
+            labels = (count,)
+            (self._bound["video_frames"].get(labels) or self._bind("video_frames", labels))(frames)
 
     def observe_processor(self, modality: str, items: int, seconds: float) -> None:
         labels = (modality,)

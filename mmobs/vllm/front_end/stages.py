@@ -19,6 +19,8 @@ vLLM attribute                                 stage
 (:mod:`mmobs.vllm.loader_hooks`)               loader; refused ones at their refusal)
 ``ImageMediaIO.load_bytes``                    the image decode, by format and outcome
 (:mod:`mmobs.vllm.loader_hooks`)
+``VideoMediaIO.load_bytes``                    the video decode, by container and outcome,
+(:mod:`mmobs.vllm.loader_hooks`)               and its frames read and kept
 ``BaseMultiModalProcessor``'s instances'       the HF processor on a request's misses
 ``_apply_hf_processor_main``
 ``InputProcessor.process_inputs``              the whole front end: from vLLM's arrival
@@ -246,6 +248,33 @@ def decoded(data: bytes, result: Any, seconds: float) -> str:
         outcome = "skipped" if isinstance(media, LazyImage) and not media.decoded else "decoded"
     front_end_metrics().observe_decode("image", format_label(data), outcome, seconds)
     return outcome
+
+
+def video_decoded(data: bytes, result: Any, seconds: float, skipped: bool) -> str:
+    """One clip's load: decoded, skipped (a decode-free stand-in) or refused (``result`` None); its outcome.
+
+    A decoded clip's frames are counted too: those kept (its metadata's ``frames_indices``) and those its
+    decoder read to get them (up to the last kept one: OpenCV grabs every frame before it).
+    """
+    outcome = "refused" if result is None else ("skipped" if skipped else "decoded")
+    metrics = front_end_metrics()
+    metrics.observe_decode("video", video_format_label(data), outcome, seconds)
+    media = getattr(result, "media", None)
+    metadata = media[1] if outcome == "decoded" and isinstance(media, tuple) and len(media) == 2 else None
+    kept = metadata.get("frames_indices") if isinstance(metadata, dict) else None
+    if isinstance(kept, list):
+        metrics.observe_video_frames(max(kept, default=-1) + 1, len(kept))
+    return outcome
+
+
+def video_format_label(data: bytes) -> str:
+    """The container label of a clip's bytes: ``mp4`` (an ISO BMFF ``ftyp`` box), ``webm`` (EBML), ``avi``, else ``other``."""
+    head = bytes(data[:12])
+    if head[4:8] == b"ftyp":
+        return "mp4"
+    if head[:4] == b"\x1a\x45\xdf\xa3":
+        return "webm"
+    return "avi" if head[:4] == b"RIFF" and head[8:12] == b"AVI " else "other"
 
 
 def format_label(data: bytes) -> str:

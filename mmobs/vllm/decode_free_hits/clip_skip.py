@@ -1,0 +1,290 @@
+"""Decode-free hits for video: a re-sent clip whose key vLLM's processor cache holds is not decoded again.
+
+A chat client re-sends every clip of a conversation on every turn. vLLM's API
+server decodes each again (OpenCV reads every frame up to the last one it
+keeps) only to key it: its key is the digest of the file's bytes with the
+decode's metadata (frames kept, fps, total frames, duration, backend), and a
+processor-cache hit then sends the engine that key alone.
+
+:class:`ClipSkipper` sits in ``VideoMediaIO.load_bytes``. A decode that
+succeeds, and that vLLM keys from the file's bytes (its frames are larger than
+the file, as they are for any real clip), is remembered by the digest of its
+bytes and the loader's settings: the frames' shape and dtype, the metadata the
+decode produced and the keys vLLM's hasher computed (a :class:`ClipIndex`,
+bounded in entries and bytes). When the same bytes come with the same settings
+and a processor cache holds one of those keys, the loader returns
+:class:`UndecodedFrames` in place of the frames: an array of the decoded
+frames' shape and dtype that holds no pixels (a zero-stride view), with a copy
+of the remembered metadata. vLLM's own hasher keys it as it keys the decoded
+clip, from the bytes and the metadata, to the same key.
+
+Nothing in vLLM reads a cached clip's pixels. If the clip left the cache
+between the loader's lookup and the processor's, the processor would: the
+processor's ``_get_cache_missing_items`` hook (:func:`decode_missing`) decodes
+any stand-in among the items it is about to process (a *late decode*, counted)
+so that the HF processor sees vLLM's frames. Clips keyed from their frames
+(frames smaller than the file), clips whose frames are a tensor (a GPU
+decoder's) and custom loaders keep vLLM's path.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from time import thread_time
+from typing import Any
+
+import numpy as np
+from blake3 import blake3
+
+from mmobs.vllm.decode_free_hits.decode_metrics import DecodeSkipMetrics, decode_skip_metrics
+from mmobs.vllm.decode_free_hits.decode_skip import DecodedIndex, DecodeSkipper, IndexKey
+from mmobs.vllm.shape import vllm_max_pixels
+from mmobs.vllm.startup_log import say, whole_number_env
+
+#: The clip index's capacity: remembered decodes, and their approximate bytes (a clip's record holds the
+#: indices of the frames it kept, up to 768 for Qwen2-VL: a few KiB).
+CLIP_ENTRIES_ENV = "MMOBS_VLLM_DECODED_CLIPS"
+CLIP_BYTES_ENV = "MMOBS_VLLM_DECODED_CLIPS_BYTES"
+DEFAULT_CLIP_ENTRIES = 4_096
+DEFAULT_CLIP_BYTES = 16 * 1024 * 1024
+#: Keys remembered per clip (one per set of request-level kwargs it was keyed with, most recent last).
+MAX_KEYS = 4
+#: Decoded clips waiting for their key, at most (a request refused before keying leaves one behind).
+MAX_PENDING = 1_024
+
+
+@dataclass(slots=True)
+class ClipRecord:
+    """What one decode of a clip's bytes gave that its key and its placeholders read: enough to stand in for it."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    metadata: dict[str, Any]
+    decode_seconds: float
+    keys: tuple[str, ...] = ()
+
+    @property
+    def frame_size(self) -> tuple[int, int]:
+        """(width, height) of its frames (``N x H x W x C``), what vLLM's pixel limit read."""
+        return (self.shape[2], self.shape[1]) if len(self.shape) == 4 else (0, 0)
+
+    def nbytes(self) -> int:
+        """An upper bound of what the record holds (the index's byte budget counts this)."""
+        kept = self.metadata.get("frames_indices")
+        return 768 + 80 * MAX_KEYS + 32 * (len(kept) if isinstance(kept, list) else 0)
+
+
+class UndecodedFrames(np.ndarray):
+    """A clip's frames, not decoded: their shape and dtype, no pixels (every element is zero, none is stored).
+
+    Only a clip whose key its processor cache held is given these, and nothing in vLLM reads a cached clip's
+    pixels; :func:`decode_missing` decodes one that reaches the processor after all (``decode()``).
+    """
+
+    decode: Callable[[], tuple[Any, dict[str, Any]]] | None = None
+    record: ClipRecord | None = None
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.decode = getattr(obj, "decode", None)
+        self.record = getattr(obj, "record", None)
+
+
+def undecoded(record: ClipRecord, decode: Callable[[], tuple[Any, dict[str, Any]]]) -> UndecodedFrames:
+    frames = np.broadcast_to(np.zeros((), dtype=record.dtype), record.shape).view(UndecodedFrames)
+    frames.decode, frames.record = decode, record
+    return frames
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A decoded clip whose decode may be remembered once vLLM's hasher has keyed it."""
+
+    frames_ref: weakref.ref[Any]
+    key: IndexKey
+    record: ClipRecord = field(repr=False)
+
+
+class ClipSkipper:
+    """The decision and its bookkeeping for video, in one API server (see the module docstring).
+
+    The processor caches and the switch to vLLM's path come from the images' :class:`DecodeSkipper`.
+    """
+
+    def __init__(
+        self,
+        images: DecodeSkipper,
+        media_with_bytes: type,
+        loader_class: type,
+        *,
+        index: DecodedIndex[ClipRecord] | None = None,
+        metrics: DecodeSkipMetrics | None = None,
+    ) -> None:
+        self.images = images
+        self.media_with_bytes = media_with_bytes
+        self.loader_class = loader_class
+        self.metrics = metrics or decode_skip_metrics()
+        self.index: DecodedIndex[ClipRecord] = index or DecodedIndex(
+            whole_number_env(CLIP_ENTRIES_ENV, DEFAULT_CLIP_ENTRIES),
+            whole_number_env(CLIP_BYTES_ENV, DEFAULT_CLIP_BYTES),
+            on_change=self._index_size,
+        )
+        self.metrics.index_size(0, 0, "video")
+        self._pending: OrderedDict[int, _Pending] = OrderedDict()
+        self._lock = threading.Lock()
+        self._said_frames_keyed = False
+
+    def _index_size(self, entries: int, nbytes: int) -> None:
+        self.metrics.index_size(entries, nbytes, "video")
+
+    def load(self, original: Callable[[Any, bytes], Any], loader: Any, data: bytes) -> Any:
+        """``VideoMediaIO.load_bytes(loader, data)``, or a decode-free stand-in where its key is cached."""
+        key = self._index_key(loader, data)
+        if key is None:
+            return original(loader, data)
+        record = self.index.get(key)
+        if record is not None and record.keys and self.images.held(record.keys) and _within_pixel_limit(record):
+            return self._stand_in(original, loader, data, record)
+        started = thread_time()
+        result = original(loader, data)
+        self._remember(result, key, data, thread_time() - started)
+        return result
+
+    def _index_key(self, loader: Any, data: bytes) -> IndexKey | None:
+        if self.images.declined or type(loader) is not self.loader_class or not self.images.caches:
+            return None
+        settings = (
+            type(getattr(loader, "video_loader", None)),
+            getattr(loader, "num_frames", None),
+            repr(sorted((getattr(loader, "kwargs", None) or {}).items())),
+        )
+        return blake3(data).digest(), settings
+
+    def _remember(self, result: Any, key: IndexKey, data: bytes, seconds: float) -> None:
+        media = getattr(result, "media", None)
+        if type(result) is not self.media_with_bytes or not isinstance(media, tuple) or len(media) != 2:
+            return
+        frames, metadata = media
+        if type(frames) is not np.ndarray or not isinstance(metadata, dict):  # a GPU decoder's tensor: its own path
+            return
+        if frames.nbytes < len(data):  # keyed from its frames: the key needs them
+            self._say_frames_keyed_once()
+            return
+        record = ClipRecord(tuple(frames.shape), frames.dtype, copy.deepcopy(metadata), seconds)
+        with self._lock:
+            self._pending[id(frames)] = _Pending(weakref.ref(frames), key, record)
+            while len(self._pending) > MAX_PENDING:
+                self._pending.popitem(last=False)
+
+    def _say_frames_keyed_once(self) -> None:
+        if not self._said_frames_keyed:
+            self._said_frames_keyed = True
+            say(
+                logging.INFO,
+                "mmobs: a video clip smaller decoded than as a file is keyed from its frames by vLLM, so it is "
+                "decoded on every send (decode-free hits cover clips keyed from their bytes)",
+            )
+
+    def _stand_in(self, original: Callable[[Any, bytes], Any], loader: Any, data: bytes, record: ClipRecord) -> Any:
+        budget = getattr(getattr(loader, "image_io", None), "decoded_budget", None)
+        if budget is not None:  # vLLM 0.33: the request's decoded-bytes budget, charged as vLLM charges it
+            budget.charge(int(np.prod(record.shape)) * record.dtype.itemsize)
+        frames = undecoded(record, functools.partial(self._late_decode, original, loader, data))
+        self.metrics.skipped(record.decode_seconds, "video")
+        return self.media_with_bytes((frames, copy.deepcopy(record.metadata)), data)
+
+    def _late_decode(
+        self, original: Callable[[Any, bytes], Any], loader: Any, data: bytes
+    ) -> tuple[Any, dict[str, Any]]:
+        """The decode a stand-in skipped, done because the processor is about to read its frames."""
+        quiet = copy.copy(loader)
+        image_io = getattr(quiet, "image_io", None)
+        if getattr(image_io, "decoded_budget", None) is not None:
+            quiet.image_io = copy.copy(image_io)
+            quiet.image_io.decoded_budget = None  # charged when the stand-in was made
+        started = thread_time()
+        frames, metadata = original(quiet, data).media
+        self.metrics.late(thread_time() - started, "video")
+        return frames, metadata
+
+    def keyed(self, frames: object, key: str) -> None:
+        """vLLM's hasher keyed a clip: a stand-in's record learns the key; a decode is remembered from its first."""
+        if isinstance(frames, UndecodedFrames):
+            if frames.record is not None:
+                _add_key(frames.record, key)
+            return
+        pending = self._pending.get(id(frames))
+        if pending is None or pending.frames_ref() is not frames:
+            return
+        _add_key(pending.record, key)
+        self.index.put(pending.key, pending.record)
+
+
+def _add_key(record: ClipRecord, key: str) -> None:
+    if key not in record.keys:
+        record.keys = (*record.keys, key)[-MAX_KEYS:]
+
+
+def _within_pixel_limit(record: ClipRecord) -> bool:
+    """vLLM's frame pixel limit as it reads it now: else its decoder refuses the clip, in its words."""
+    limit = vllm_max_pixels()
+    width, height = record.frame_size
+    return limit is None or width * height <= limit
+
+
+def frames_of(video: object) -> object:
+    """The frames of a video item as the hasher and the processor see it: ``(media, metadata)``, media, frames."""
+    if isinstance(video, tuple) and video:
+        video = video[0]
+    return getattr(video, "media", video)
+
+
+def decode_missing(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``BaseMultiModalProcessor._get_cache_missing_items``, with any undecoded clip among the misses decoded.
+
+    The misses are what the HF processor reads next: a clip that left the processor cache since the loader
+    looked gets vLLM's frames (a late decode) before that.
+    """
+
+    @functools.wraps(original)
+    def _get_cache_missing_items(self: Any, *args: Any, **kwargs: Any) -> Any:
+        is_cached, missing = original(self, *args, **kwargs)
+        videos = missing.get("video") if hasattr(missing, "get") else None
+        data = getattr(videos, "data", None)
+        if isinstance(data, list):
+            for index, item in enumerate(data):
+                data[index] = _decoded(item)
+        return is_cached, missing
+
+    return _get_cache_missing_items
+
+
+def _decoded(item: Any) -> Any:
+    frames = item[0] if isinstance(item, tuple) else item
+    if not isinstance(frames, UndecodedFrames) or frames.decode is None:
+        return item
+    decoded, _ = frames.decode()  # the same bytes and settings: the metadata the stand-in carries
+    if isinstance(item, tuple):
+        return (decoded, *item[1:])
+    return decoded
+
+
+#: The skipper of this process, once the plugin has planned one (the key hook's calls are no-ops until then).
+_active: ClipSkipper | None = None
+
+
+def activate(skipper: ClipSkipper | None) -> None:
+    global _active
+    _active = skipper
+
+
+def note_key(video: object, key: str) -> None:
+    """From the ``hash_kwargs`` hook: a video item's mm_hash; a decode is remembered from its first key on."""
+    if _active is not None:
+        _active.keyed(frames_of(video), key)

@@ -1,0 +1,259 @@
+"""Decode-free hits for video inside the real vLLM 0.33: vLLM's own video loader, parser, hasher and sender cache.
+
+The plugin is registered in this process for the module (and unregistered after). A clip OpenCV wrote is
+loaded by ``VideoMediaIO.load_bytes`` (vLLM's, wrapped by mmobs), parsed by vLLM's ``MultiModalDataParser``
+and keyed by vLLM's ``MultiModalHasher``, as the API server does; the processor cache is vLLM's
+``LruKeyReplicatedSenderCache``. Once the cache holds its key, the second load of the same bytes must not be
+decoded, must key to the same key with the same metadata, and must decode (late, counted) to exactly vLLM's
+frames when vLLM's processor takes it for a miss.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from prometheus_client import REGISTRY
+
+from mmobs.events import RecordingObserver, observing
+from tests.support import require_vllm, vllm_plugin_registered
+from tests.support.videos import Clip, clip_bytes
+
+pytestmark = pytest.mark.vllm
+
+MODEL = "tiny-model"
+
+
+@pytest.fixture(scope="module")
+def vllm_parts(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[types.SimpleNamespace]:
+    """The plugin registered; vLLM's video loader, parser, hasher and a sender cache made after it."""
+    require_vllm()
+    pytest.importorskip("cv2", reason="vLLM's video loader needs OpenCV (.ci/install-vllm installs it)")
+    for name in ("MMOBS_VLLM_PLUGIN", "MMOBS_VLLM_DECODE_FREE_HITS", "MMOBS_VLLM_GUARD"):
+        monkeypatch_module.delenv(name, raising=False)
+    from vllm.multimodal.cache.lru import LruKeyReplicatedSenderCache
+    from vllm.multimodal.hasher import MultiModalHasher
+    from vllm.multimodal.inputs import MultiModalKwargsItem
+    from vllm.multimodal.media.image import ImageMediaIO
+    from vllm.multimodal.media.video import VideoMediaIO
+    from vllm.multimodal.parse import MultiModalDataParser
+    from vllm.multimodal.processing.processor import BaseMultiModalProcessor
+
+    from mmobs.vllm.decode_free_hits import clip_skip
+
+    with vllm_plugin_registered() as plugin:
+        config = types.SimpleNamespace(get_multimodal_config=lambda: types.SimpleNamespace(mm_processor_cache_gb=0.001))
+        cache = LruKeyReplicatedSenderCache(config)
+        assert clip_skip._active is not None, "the plugin planned no decode-free hits for video"
+        yield types.SimpleNamespace(
+            loader=lambda **kwargs: VideoMediaIO(ImageMediaIO(), **kwargs),
+            parser=MultiModalDataParser(video_needs_metadata=True),
+            hasher=MultiModalHasher,
+            cache=cache,
+            item=MultiModalKwargsItem,
+            processor=BaseMultiModalProcessor,
+            plugin=plugin,
+        )
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def counted(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def load_and_key(parts: types.SimpleNamespace, data: bytes, **loader_kwargs: Any) -> tuple[Any, Any, str]:
+    """The clip loaded, parsed and keyed as vLLM's API server does it: (loaded, parsed items, key)."""
+    with observing(RecordingObserver()):
+        loaded = parts.loader(**loader_kwargs).load_bytes(data)
+        items = parts.parser.parse_mm_data({"video": [loaded]})["video"]
+        key = parts.hasher.hash_kwargs("blake3", model_id=MODEL, video=items.get_item_for_hash(0))
+    return loaded, items, key
+
+
+def cache_it(parts: types.SimpleNamespace, key: str) -> None:
+    """What vLLM's processor does with a processed item: the sender cache records its key."""
+    parts.cache.get_and_update_item((parts.item.dummy(), []), key)
+
+
+def missing_items(parts: types.SimpleNamespace, items: Any, key: str) -> Any:
+    """vLLM's ``_get_cache_missing_items`` on a cache that does not hold ``key``: the items the HF processor reads."""
+    info = types.SimpleNamespace(parse_mm_data=lambda data, validate: parts.parser.parse_mm_data(data))
+    processor = types.SimpleNamespace(info=info)
+    empty = type(parts.cache)(
+        types.SimpleNamespace(get_multimodal_config=lambda: types.SimpleNamespace(mm_processor_cache_gb=0.001))
+    )
+    _, missing = parts.processor._get_cache_missing_items(
+        processor, cache=empty, mm_data_items={"video": items}, mm_hashes={"video": [key]}
+    )
+    return missing["video"]
+
+
+CLIPS: dict[str, tuple[Clip, dict[str, Any]]] = {
+    "mp4, every frame kept": (Clip(frames=6, seed=1), {}),
+    "mp4, four of twelve kept": (Clip(frames=12, seed=2), {"num_frames": 4}),
+    "webm, at 2 fps": (Clip(frames=10, fps=5.0, container="webm", seed=3), {"num_frames": -1, "fps": 2}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLIPS))
+def test_a_cached_clip_is_keyed_without_a_decode_and_decodes_late_to_vllms_frames(
+    vllm_parts: types.SimpleNamespace, name: str
+) -> None:
+    """Same key, same metadata, no decode while keyed; a late decode gives vLLM's frames to the processor."""
+    from mmobs.vllm.decode_free_hits.clip_skip import UndecodedFrames
+
+    clip, loader_kwargs = CLIPS[name]
+    data = clip_bytes(clip)
+    first, _, key = load_and_key(vllm_parts, data, **loader_kwargs)
+    frames, metadata = first.media
+    assert type(frames) is np.ndarray and frames.nbytes >= len(data)
+    cache_it(vllm_parts, key)
+    skipped, late = (
+        counted("mmobs_vllm_skipped_decodes_total", modality="video"),
+        counted("mmobs_vllm_late_decodes_total", modality="video"),
+    )
+
+    again, items, again_key = load_and_key(vllm_parts, data, **loader_kwargs)
+    undecoded, again_metadata = again.media
+    assert isinstance(undecoded, UndecodedFrames)
+    assert again_key == key
+    assert again_metadata == metadata and again_metadata is not metadata
+    assert undecoded.shape == frames.shape and undecoded.dtype == frames.dtype
+    assert counted("mmobs_vllm_skipped_decodes_total", modality="video") == skipped + 1
+    assert counted("mmobs_vllm_late_decodes_total", modality="video") == late
+
+    # The item left the cache before the processor looked: vLLM's processor gets vLLM's frames.
+    missing = missing_items(vllm_parts, items, key)
+    processed = missing.get(0)
+    processed_frames = processed[0] if isinstance(processed, tuple) else processed
+    assert type(processed_frames) is np.ndarray and np.array_equal(processed_frames, frames)
+    assert counted("mmobs_vllm_late_decodes_total", modality="video") == late + 1
+
+
+def test_a_clip_the_cache_does_not_hold_is_decoded_as_vllm_decodes_it(vllm_parts: types.SimpleNamespace) -> None:
+    from mmobs.vllm.decode_free_hits.clip_skip import UndecodedFrames
+
+    data = clip_bytes(Clip(frames=5, seed=11))
+    first, _, key = load_and_key(vllm_parts, data)
+    again, _, again_key = load_and_key(vllm_parts, data)  # decoded before, but its key is not cached
+    assert not isinstance(again.media[0], UndecodedFrames) and again_key == key
+    assert np.array_equal(again.media[0], first.media[0])
+
+
+def test_other_loader_settings_are_another_clip(vllm_parts: types.SimpleNamespace) -> None:
+    """The same bytes sampled otherwise (``num_frames``) decode again, to their own key."""
+    from mmobs.vllm.decode_free_hits.clip_skip import UndecodedFrames
+
+    data = clip_bytes(Clip(frames=12, seed=12))
+    _, _, key = load_and_key(vllm_parts, data, num_frames=6)
+    cache_it(vllm_parts, key)
+    other, _, other_key = load_and_key(vllm_parts, data, num_frames=3)
+    assert not isinstance(other.media[0], UndecodedFrames)
+    assert other_key != key and len(other.media[1]["frames_indices"]) == 3
+
+
+def test_a_clip_keyed_from_its_frames_is_decoded_on_every_send(vllm_parts: types.SimpleNamespace) -> None:
+    """One frame kept of many noisy ones: the frames are smaller than the file, so vLLM keys them, not the bytes."""
+    from mmobs.vllm.decode_free_hits.clip_skip import UndecodedFrames
+
+    data = clip_bytes(Clip(frames=40, seed=13))
+    first, _, key = load_and_key(vllm_parts, data, num_frames=1)
+    assert first.media[0].nbytes < len(data)
+    cache_it(vllm_parts, key)
+    again, _, again_key = load_and_key(vllm_parts, data, num_frames=1)
+    assert not isinstance(again.media[0], UndecodedFrames) and again_key == key
+
+
+def test_a_skipped_clip_is_timed_as_skipped_and_a_decoded_one_counts_its_frames(
+    vllm_parts: types.SimpleNamespace,
+) -> None:
+    """The decode histogram's video outcomes, and the frames read (to the last kept) beside those kept."""
+    data = clip_bytes(Clip(frames=12, seed=14))
+
+    def decodes(outcome: str) -> float:
+        return counted("mmobs_vllm_mm_decode_seconds_count", modality="video", format="mp4", outcome=outcome)
+
+    def frames(count: str) -> float:
+        return counted("mmobs_vllm_mm_video_frames_sum", count=count)
+
+    decoded, skipped, read, kept = decodes("decoded"), decodes("skipped"), frames("read"), frames("kept")
+    first, _, key = load_and_key(vllm_parts, data, num_frames=4)
+    kept_indices = first.media[1]["frames_indices"]
+    assert len(kept_indices) == 4
+    assert (decodes("decoded"), frames("read"), frames("kept")) == (
+        decoded + 1,
+        read + max(kept_indices) + 1,
+        kept + 4,
+    )
+    cache_it(vllm_parts, key)
+    load_and_key(vllm_parts, data, num_frames=4)
+    assert (decodes("decoded"), decodes("skipped"), frames("kept")) == (decoded + 1, skipped + 1, kept + 4)
+
+
+class TestTheDecodeIsBoundedBeforeItStarts:
+    """The budgets of ``mmobs.vllm.video_budget``, checked in vLLM's own OpenCV decoder before it reads a frame."""
+
+    def refused(self, parts: types.SimpleNamespace, data: bytes, **loader_kwargs: Any) -> tuple[str, str]:
+        """(type, message) of what loading ``data`` raised."""
+        with observing(RecordingObserver()), pytest.raises(ValueError) as raised:
+            parts.loader(**loader_kwargs).load_bytes(data)
+        return type(raised.value).__name__, str(raised.value)
+
+    def test_a_long_clip_is_refused_for_the_frames_it_would_read_and_decodes_with_the_budget_off(
+        self, vllm_parts: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A still scene of 400 frames, 32 kept: 400 read, over a budget of 300; with the budget off, vLLM's frames."""
+        data = clip_bytes(Clip(frames=400, fps=30.0, seed=21, scene="still"))
+        monkeypatch.setenv("MMOBS_VLLM_VIDEO_MAX_FRAMES_READ", "300")
+        before = counted("mmobs_vllm_video_refusals_total", budget="frames_read")
+        refused = self.refused(vllm_parts, data)
+        assert refused == (
+            "VideoTooCostly",
+            "too_costly: decoding this video would read 400 frames to keep 32, over the 300 "
+            "MMOBS_VLLM_VIDEO_MAX_FRAMES_READ allows; send a shorter clip, or sample it at a lower fps",
+        )
+        assert counted("mmobs_vllm_video_refusals_total", budget="frames_read") == before + 1
+        monkeypatch.setenv("MMOBS_VLLM_VIDEO_MAX_FRAMES_READ", "0")
+        frames, metadata = vllm_parts.loader().load_bytes(data).media
+        assert frames.shape == (32, 48, 64, 3) and metadata["frames_indices"][-1] == 399
+
+    def test_large_frames_are_refused_for_their_decoded_bytes(
+        self, vllm_parts: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        data = clip_bytes(Clip(width=320, height=240, frames=10, fps=10.0, seed=22, scene="pan"))
+        monkeypatch.setenv("MMOBS_VLLM_VIDEO_MAX_DECODED_BYTES", str(320 * 240 * 3 * 10 - 1))
+        before = counted("mmobs_vllm_video_refusals_total", budget="decoded_bytes")
+        assert self.refused(vllm_parts, data)[1].startswith(
+            f"too_costly: this video's 10 kept frames of 320x240 would decode to {320 * 240 * 3 * 10} bytes, over"
+        )
+        assert counted("mmobs_vllm_video_refusals_total", budget="decoded_bytes") == before + 1
+        monkeypatch.setenv("MMOBS_VLLM_VIDEO_MAX_DECODED_BYTES", str(320 * 240 * 3 * 10))
+        assert vllm_parts.loader().load_bytes(data).media[0].shape == (10, 240, 320, 3)
+
+    def test_vllms_own_decode_budget_refuses_first_in_vllms_words(
+        self, vllm_parts: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """vLLM 0.33 charges its request budget after the decode; the same refusal comes before it, word for word."""
+        from vllm.multimodal.media.base import MediaDecodedBudget
+        from vllm.multimodal.media.image import ImageMediaIO
+        from vllm.multimodal.media.video import VideoMediaIO
+
+        data = clip_bytes(Clip(width=160, height=120, frames=8, fps=8.0, seed=23, scene="pan"))
+        decoded = 8 * 160 * 120 * 3
+        monkeypatch.setenv("VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES", str(decoded - 1))
+        vllms = MediaDecodedBudget()
+        with pytest.raises(ValueError) as by_vllm:
+            vllms.charge(decoded)  # what vLLM's own budget says of these frames
+        before = counted("mmobs_vllm_video_refusals_total", budget="vllm_decode_bytes")
+        with pytest.raises(ValueError) as early:
+            VideoMediaIO(ImageMediaIO(decoded_budget=MediaDecodedBudget())).load_bytes(data)
+        assert str(early.value) == str(by_vllm.value)
+        assert counted("mmobs_vllm_video_refusals_total", budget="vllm_decode_bytes") == before + 1
