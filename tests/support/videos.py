@@ -10,6 +10,7 @@ so a test process without OpenCV can still make them for a server. The scenes, e
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import sys
 import tempfile
@@ -71,3 +72,17 @@ def clip_bytes(clip: Clip, python: str | Path | None = None) -> bytes:
         args += [str(clip.frames), str(clip.fps), str(clip.seed), clip.scene]
         subprocess.run(args, check=True, timeout=600, capture_output=True)
         return path.read_bytes()
+
+
+#: The display matrix of a clip turned a quarter clockwise, as a phone held upright writes it (16.16 and 2.30 fixed).
+_QUARTER_TURN = (0, 0x10000, 0, -0x10000, 0, 0, 0, 0, 0x40000000)
+
+
+def rotated(data: bytes) -> bytes:
+    """An MP4 whose video track's header (``tkhd``, version 0) says to show its frames turned a quarter clockwise."""
+    track_header = data.find(b"tkhd")
+    if track_header < 0 or data[track_header + 4] != 0:
+        raise ValueError("no version-0 tkhd box to rotate")
+    patched = bytearray(data)
+    struct.pack_into(">9i", patched, track_header + 4 + 40, *_QUARTER_TURN)  # after the fields before the matrix
+    return bytes(patched)

@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY
 
 from mmobs.events import RecordingObserver, observing
 from tests.support import require_vllm, vllm_plugin_registered
-from tests.support.videos import Clip, clip_bytes
+from tests.support.videos import Clip, clip_bytes, rotated
 
 pytestmark = pytest.mark.vllm
 
@@ -96,8 +96,10 @@ def missing_items(parts: types.SimpleNamespace, items: Any, key: str) -> Any:
     return missing["video"]
 
 
-CLIPS: dict[str, tuple[Clip, dict[str, Any]]] = {
+#: Each clip: what to write, the loader's settings, and whether its header turns it (a phone's display matrix).
+CLIPS: dict[str, tuple[Clip, dict[str, Any]] | tuple[Clip, dict[str, Any], bool]] = {
     "mp4, every frame kept": (Clip(frames=6, seed=1), {}),
+    "mp4 turned a quarter by its header": (Clip(frames=6, seed=4), {}, True),
     "mp4, four of twelve kept": (Clip(frames=12, seed=2), {"num_frames": 4}),
     "webm, at 2 fps": (Clip(frames=10, fps=5.0, container="webm", seed=3), {"num_frames": -1, "fps": 2}),
 }
@@ -110,11 +112,12 @@ def test_a_cached_clip_is_keyed_without_a_decode_and_decodes_late_to_vllms_frame
     """Same key, same metadata, no decode while keyed; a late decode gives vLLM's frames to the processor."""
     from mmobs.vllm.decode_free_hits.clip_skip import UndecodedFrames
 
-    clip, loader_kwargs = CLIPS[name]
-    data = clip_bytes(clip)
+    clip, loader_kwargs, *turned = CLIPS[name]
+    data = rotated(clip_bytes(clip)) if turned else clip_bytes(clip)
     first, _, key = load_and_key(vllm_parts, data, **loader_kwargs)
     frames, metadata = first.media
     assert type(frames) is np.ndarray and frames.nbytes >= len(data)
+    assert frames.shape[1:3] == ((clip.width, clip.height) if turned else (clip.height, clip.width))
     cache_it(vllm_parts, key)
     skipped, late = (
         counted("mmobs_vllm_skipped_decodes_total", modality="video"),
