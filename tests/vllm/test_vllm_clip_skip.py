@@ -79,7 +79,9 @@ def load_and_key(parts: types.SimpleNamespace, data: bytes, **loader_kwargs: Any
 
 
 def cache_it(parts: types.SimpleNamespace, key: str) -> None:
-    """What vLLM's processor does with a processed item: the sender cache records its key."""
+    """What vLLM's processor does with an item: it looks for the request's misses, then its cache records the key."""
+    processor = types.SimpleNamespace(info=types.SimpleNamespace(parse_mm_data=lambda data, validate: data))
+    parts.processor._get_cache_missing_items(processor, cache=parts.cache, mm_data_items={}, mm_hashes={})
     parts.cache.get_and_update_item((parts.item.dummy(), []), key)
 
 
@@ -139,6 +141,21 @@ def test_a_cached_clip_is_keyed_without_a_decode_and_decodes_late_to_vllms_frame
     processed_frames = processed[0] if isinstance(processed, tuple) else processed
     assert type(processed_frames) is np.ndarray and np.array_equal(processed_frames, frames)
     assert counted("mmobs_vllm_late_decodes_total", modality="video") == late + 1
+
+
+def test_no_clip_is_stood_in_for_where_vllms_own_cached_path_has_not_run(
+    vllm_parts: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A processor that replaces vLLM's cached path never looks for its misses there: its clips are decoded."""
+    from mmobs.vllm.decode_free_hits import clip_skip
+
+    data = clip_bytes(Clip(frames=5, seed=10))
+    _, _, key = load_and_key(vllm_parts, data)
+    cache_it(vllm_parts, key)
+    assert clip_skip._active is not None
+    monkeypatch.setattr(clip_skip._active, "misses_hooked", False)  # as in a process where it never ran
+    again, _, again_key = load_and_key(vllm_parts, data)
+    assert not isinstance(again.media[0], clip_skip.UndecodedFrames) and again_key == key
 
 
 def test_a_clip_the_cache_does_not_hold_is_decoded_as_vllm_decodes_it(vllm_parts: types.SimpleNamespace) -> None:

@@ -22,7 +22,8 @@ Nothing in vLLM reads a cached clip's pixels. If the clip left the cache
 between the loader's lookup and the processor's, the processor would: the
 processor's ``_get_cache_missing_items`` hook (:func:`decode_missing`) decodes
 any stand-in among the items it is about to process (a *late decode*, counted)
-so that the HF processor sees vLLM's frames. Clips keyed from their frames
+so that the HF processor sees vLLM's frames. A model whose processor replaces
+vLLM's cached path (it never calls that method) gets no stand-ins. Clips keyed from their frames
 (frames smaller than the file), clips whose frames are a tensor (a GPU
 decoder's) and custom loaders keep vLLM's path.
 """
@@ -139,6 +140,9 @@ class ClipSkipper:
         self._pending: OrderedDict[int, _Pending] = OrderedDict()
         self._lock = threading.Lock()
         self._said_frames_keyed = False
+        #: Whether vLLM's own ``_get_cache_missing_items`` has run in this process (with its hook): a model whose
+        #: processor replaces the cached path never calls it, so its clips are never stood in for.
+        self.misses_hooked = False
 
     def _index_size(self, entries: int, nbytes: int) -> None:
         self.metrics.index_size(entries, nbytes, "video")
@@ -149,7 +153,13 @@ class ClipSkipper:
         if key is None:
             return original(loader, data)
         record = self.index.get(key)
-        if record is not None and record.keys and self.images.held(record.keys) and _within_pixel_limit(record):
+        if (
+            record is not None
+            and record.keys
+            and self.misses_hooked
+            and self.images.held(record.keys)
+            and _within_pixel_limit(record)
+        ):
             return self._stand_in(original, loader, data, record)
         started = thread_time()
         result = original(loader, data)
@@ -245,15 +255,17 @@ def frames_of(video: object) -> object:
     return getattr(video, "media", video)
 
 
-def decode_missing(original: Callable[..., Any]) -> Callable[..., Any]:
+def decode_missing(original: Callable[..., Any], skipper: ClipSkipper) -> Callable[..., Any]:
     """``BaseMultiModalProcessor._get_cache_missing_items``, with any undecoded clip among the misses decoded.
 
     The misses are what the HF processor reads next: a clip that left the processor cache since the loader
-    looked gets vLLM's frames (a late decode) before that.
+    looked gets vLLM's frames (a late decode) before that. Its first call lets the skipper stand in for clips:
+    only a processor that goes through it fills the cache the skipper looks in.
     """
 
     @functools.wraps(original)
     def _get_cache_missing_items(self: Any, *args: Any, **kwargs: Any) -> Any:
+        skipper.misses_hooked = True
         is_cached, missing = original(self, *args, **kwargs)
         videos = missing.get("video") if hasattr(missing, "get") else None
         data = getattr(videos, "data", None)
