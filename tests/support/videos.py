@@ -4,7 +4,7 @@ The clips are written by a Python that has ``cv2`` (vLLM's environment, or the s
 so a test process without OpenCV can still make them for a server. The scenes, each from a seed:
 
 * ``noise``: every frame pseudo-random (a file about as large as its frames: the worst to decode);
-* ``still``: one picture held, a corner changing (a screen recording's shape: a small file of many frames);
+* ``still``: one smooth picture held, a corner changing (a screen recording's shape: a small file of many frames);
 * ``pan``: a photo-like picture (a gradient and fine noise) panning a pixel a frame (a phone's clip).
 """
 
@@ -28,12 +28,11 @@ writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*fourcc), float(fps), (wid
 if not writer.isOpened():
     sys.exit(f"OpenCV cannot write {fourcc} to {path}")
 rng = np.random.default_rng(seed)
-if scene == "pan":
-    y, x = np.mgrid[0:height, 0 : width + frames].astype(np.float32)
-    gradient = np.stack([x / (width + frames) * 255, y / height * 255, (x + y) / (width + height) * 255], axis=-1)
-    picture = np.clip(gradient + rng.normal(0, 6, gradient.shape), 0, 255).astype(np.uint8)
-else:
-    picture = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+span = width + frames if scene == "pan" else width
+y, x = np.mgrid[0:height, 0:span].astype(np.float32)
+gradient = np.stack([x / span * 255, y / height * 255, (x + y) / (span + height) * 255], axis=-1)
+noise = rng.normal(0, 6 if scene == "pan" else 2, gradient.shape)
+picture = np.clip(gradient + noise, 0, 255).astype(np.uint8)
 for index in range(frames):
     if scene == "noise":
         frame = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
