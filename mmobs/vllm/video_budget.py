@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, Literal, get_args
@@ -95,14 +96,14 @@ def check(width: int, height: int, frame_idx: list[int], *, decode_budget: Any =
         return  # vLLM's own checks refuse these, in its words
     read, kept = max(frame_idx) + 1, len(set(frame_idx))
     decoded = kept * width * height * 3
-    max_read = whole_number_env(MAX_FRAMES_READ_ENV, DEFAULT_MAX_FRAMES_READ)
+    max_read = _budget(MAX_FRAMES_READ_ENV, DEFAULT_MAX_FRAMES_READ)
     if max_read and read > max_read:
         _refuse(
             "frames_read",
             f"too_costly: decoding this video would read {read} frames to keep {kept}, over the {max_read} "
             f"{MAX_FRAMES_READ_ENV} allows; send a shorter clip, or sample it at a lower fps",
         )
-    max_decoded = whole_number_env(MAX_DECODED_BYTES_ENV, DEFAULT_MAX_DECODED_BYTES)
+    max_decoded = _budget(MAX_DECODED_BYTES_ENV, DEFAULT_MAX_DECODED_BYTES)
     if max_decoded and decoded > max_decoded:
         _refuse(
             "decoded_bytes",
@@ -116,6 +117,16 @@ def check(width: int, height: int, frame_idx: list[int], *, decode_budget: Any =
             "vllm_decode_bytes",
             f"Request decoded media exceeds VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES={limit} ({used + decoded} bytes).",
         )
+
+
+def _budget(name: str, default: int) -> int:
+    """The budget as its variable says at this check; a value that is not a whole number warns once, not per clip."""
+    return _parsed(name, os.environ.get(name, "").strip(), default)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(name: str, raw: str, default: int) -> int:
+    return whole_number_env(name, default)
 
 
 def _refuse(budget: Budget, message: str) -> None:
