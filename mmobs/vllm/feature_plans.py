@@ -186,6 +186,7 @@ def video_plan(planning: Planning) -> list[Hook]:
     opencv = module(VLLM.video_opencv)
     mixin = attribute(opencv, "OpenCVVideoBackendMixin")
     read_frames = video_budget.read_frames(_classmethod(mixin, "read_frames"), attribute(opencv, "cv2"))
+    video_budget.video_budget_metrics()  # its series at zero, before the first refusal
     hooks = [Hook(mixin, "read_frames", classmethod(read_frames))]
     skipper = None
     if planning.skipper is not None:

@@ -14,6 +14,7 @@ tests skip with the reason, and the dashboards' vLLM row is not checked
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import secrets
 import subprocess
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -32,8 +34,9 @@ from dashboards.mixin.promql import QueryStyle
 from tests.support import ManagedProcess, ServiceProcess, data_url, free_port, golden, images, require_binary
 from tests.support.media_server import serving
 from tests.support.otlp_receiver import OTLP_TEST_ENV, OtlpReceiver, otlp_proto_available
+from tests.support.videos import Clip, clip_bytes
 from tests.support.vllm_metrics import read_definitions
-from tests.support.vllm_requests import chat
+from tests.support.vllm_requests import chat, client_for
 from tests.support.vllm_server import VllmServer, delta, require_vllm_server
 from tests.vllm.test_vllm_front_end_server import fresh_jpeg, published, send
 
@@ -51,6 +54,8 @@ VLLM_FALLBACKS = 4
 VLLM_REPEATS = 6
 #: Chat completions with a new image by URL: one http(s), one file.
 VLLM_BY_URL = 2
+#: One clip sent twice: decoded, then a decode-free hit (the video panels).
+VLLM_CLIP_SENDS = 2
 
 
 def _queries_module() -> Any:
@@ -208,6 +213,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory, vllm: VllmServer | None) -> 
             with serving(vllm.media_dir) as media:
                 assert send(vllm, [f"{media}/{published(vllm, fresh_jpeg(), '.jpg')}"])[0] == 200
             assert send(vllm, [(vllm.media_dir / published(vllm, fresh_jpeg(), ".jpg")).as_uri()])[0] == 200
+            # A clip, decoded then re-sent (the video panels: decodes, frames read and kept, a decode-free hit).
+            clip = clip_bytes(Clip(frames=8, fps=4.0, seed=secrets.randbits(32)), vllm.venv / "bin" / "python")
+            for _ in range(VLLM_CLIP_SENDS):
+                assert video_chat(vllm, clip) == 200
             vllm_after = vllm.samples("vllm:mm_cache")
             prometheus.wait_until(
                 lambda: (
@@ -232,6 +241,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory, vllm: VllmServer | None) -> 
         service.stop()
         if otlp is not None:
             otlp.stop()
+
+
+def video_chat(server: VllmServer, clip: bytes) -> int:
+    """The status of one chat completion carrying ``clip`` as an MP4 data URL."""
+    url = f"data:video/mp4;base64,{base64.b64encode(clip).decode()}"
+    content = [{"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": "What happens?"}]
+    try:
+        client_for(server).chat.completions.create(
+            model=server.model, max_tokens=4, messages=[{"role": "user", "content": content}]
+        )
+    except openai.APIStatusError as error:
+        return error.status_code
+    return 200
 
 
 def test_prometheus_stores_the_fallback_exemplars_with_their_trace_ids(stack):
@@ -362,7 +384,7 @@ def test_vllm_row_hit_rate_and_model_variable_see_vllm(stack):
     moved = delta(stack.vllm_before, stack.vllm_after)
     hits = sum(value for (name, _), value in moved.items() if name == "vllm:mm_cache_hits_total")
     lookups = sum(value for (name, _), value in moved.items() if name == "vllm:mm_cache_queries_total")
-    assert lookups == VLLM_FALLBACKS + VLLM_REPEATS + VLLM_BY_URL, moved
+    assert lookups == VLLM_FALLBACKS + VLLM_REPEATS + VLLM_BY_URL + VLLM_CLIP_SENDS, moved
     assert hits >= VLLM_FALLBACKS + VLLM_REPEATS - 2, moved
     (sample,) = stack.prometheus.query(
         queries.substitute(vllm_cache.hit_rate(query), job=VLLM_JOB, model_name=vllm.model)

@@ -228,7 +228,11 @@ def test_a_resent_image_costs_its_digest(render_keys: VllmServer) -> None:
         series(sources, source="index"): 3
     }
     skipped = "mmobs_vllm_skipped_decodes_total"
-    assert delta(first, second).get(series(skipped)) == 2 and delta(second, third).get(series(skipped)) == 3
+    image = {"modality": "image"}
+    assert (
+        delta(first, second).get(series(skipped, **image)) == 2
+        and delta(second, third).get(series(skipped, **image)) == 3
+    )
     assert series("mmobs_vllm_late_decodes_total", modality="image") not in delta(
         first, third
     )  # nothing read the pixels

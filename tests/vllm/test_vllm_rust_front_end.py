@@ -98,7 +98,7 @@ def test_each_process_says_what_it_offers_and_none_claims_an_api_server(rust_wit
     }
     port = rust_with_mmobs.extra_env["MMOBS_METRICS_PORT"]
     no_place = ", ".join(name for name in ("decode_free_hits", "keys", "loader", "context", "cache_drift",
-                                           "uuid_checks", "front_end", "render"))  # fmt: skip
+                                           "uuid_checks", "front_end", "render", "video"))  # fmt: skip
     assert set(FIRST_PROVEN) - set(no_place.split(", ")) == {"engine_items"}
     assert lines["MainProcess"].startswith("mmobs (supervisor, Rust front end): offering nothing here (vLLM 0.32.0")
     assert lines["MainProcess"].endswith(
