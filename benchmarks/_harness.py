@@ -165,6 +165,15 @@ def peak_extra_bytes(fn: Callable[[], object]) -> int:
 # -- formatting ------------------------------------------------------------------
 
 
+def paired_ratio(without: Sequence[float], with_: Sequence[float]) -> tuple[float, float]:
+    """The median of per-round ratios ``with_ / without`` and half their interquartile range (NaN below two rounds)."""
+    ratios = sorted(w / o for o, w in zip(without, with_, strict=True) if o > 0)
+    if len(ratios) < 2:
+        return (ratios[0] if ratios else float("nan")), float("nan")
+    quartiles = statistics.quantiles(ratios, n=4)
+    return statistics.median(ratios), (quartiles[2] - quartiles[0]) / 2
+
+
 def fmt_time(seconds: float) -> str:
     """Seconds as us / ms with three significant figures."""
     if math.isnan(seconds):

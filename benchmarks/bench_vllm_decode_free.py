@@ -212,22 +212,14 @@ def measure(
     return results
 
 
-def paired_ratio(without: Sequence[float], with_: Sequence[float]) -> tuple[float, float]:
-    ratios = sorted(w / o for o, w in zip(without, with_, strict=True) if o > 0)
-    if len(ratios) < 2:
-        return (ratios[0] if ratios else float("nan")), float("nan")
-    quartiles = statistics.quantiles(ratios, n=4)
-    return statistics.median(ratios), (quartiles[2] - quartiles[0]) / 2
-
-
 def rows(results: dict[str, dict[str, list[Sample]]], all_workloads: Sequence[Workload]) -> list[list[str]]:
     table = []
     for workload in all_workloads:
         samples = results[workload.name]
         cpu = {side: [s.cpu for s in samples[side]] for side in (WITHOUT, WITH)}
         p50 = {side: [statistics.median(s.latencies) for s in samples[side]] for side in (WITHOUT, WITH)}
-        cpu_ratio, cpu_spread = paired_ratio(cpu[WITHOUT], cpu[WITH])
-        p50_ratio, p50_spread = paired_ratio(p50[WITHOUT], p50[WITH])
+        cpu_ratio, cpu_spread = harness.paired_ratio(cpu[WITHOUT], cpu[WITH])
+        p50_ratio, p50_spread = harness.paired_ratio(p50[WITHOUT], p50[WITH])
         met = cpu_ratio <= workload.target and p50_ratio <= 1.05
         table.append(
             [

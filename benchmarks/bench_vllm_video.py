@@ -44,7 +44,6 @@ import struct
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,14 +112,6 @@ def peak_rss(target: Target) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     (line,) = [line for line in status.splitlines() if line.startswith("VmHWM:")]
     return int(line.split()[1]) * 1024
-
-
-def paired_ratio(without: Sequence[float], with_: Sequence[float]) -> tuple[float, float]:
-    ratios = sorted(w / o for o, w in zip(without, with_, strict=True) if o > 0)
-    if len(ratios) < 2:
-        return (ratios[0] if ratios else float("nan")), float("nan")
-    quartiles = statistics.quantiles(ratios, n=4)
-    return statistics.median(ratios), (quartiles[2] - quartiles[0]) / 2
 
 
 def start(venv: Path, model: Path, directory: Path, name: str) -> VllmServer:
@@ -209,7 +200,7 @@ def run(cfg: Config, out: harness.Report, rounds: int | None = None) -> None:
 def table(clips: dict[int, bytes], samples: dict[tuple[int, str], dict[str, list[float]]]) -> list[list[str]]:
     rows = []
     for (seconds, kind), cpu in samples.items():
-        ratio, spread = paired_ratio(cpu[WITHOUT], cpu[WITH])
+        ratio, spread = harness.paired_ratio(cpu[WITHOUT], cpu[WITH])
         target = RESENT_TARGET if kind == "resent" else FIRST_TARGET
         rows.append(
             [

@@ -63,12 +63,6 @@ def vllm_parts(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[types.SimpleN
         )
 
 
-@pytest.fixture(scope="module")
-def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
-    with pytest.MonkeyPatch.context() as patch:
-        yield patch
-
-
 def counted(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
