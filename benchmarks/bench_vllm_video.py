@@ -15,13 +15,25 @@ Qwen2-VL's 2 frames a second is 3,600 tokens, past the 2,048 of vLLM's default e
   bytes, the same decode);
 * ``re-sent turn``: that clip again, twice (the second and third turns of a chat).
 
-Then, once on each server, the costliest clip of its kind: ten and a half minutes of a still 720p scene (19,000
-frames, a screen recording's shape), which vLLM alone decodes to the last of its 768 kept frames before it answers,
-and mmobs refuses before the first (``MMOBS_VLLM_VIDEO_MAX_FRAMES_READ``): the status, the start of the message,
-the API server's CPU and how far its peak resident memory rose.
+Then, once on each server, the costliest clips of their kind, both still 720p scenes (a screen recording's
+shape): two minutes (3,600 frames, 240 kept: more tokens than the context), which vLLM alone decodes before it
+refuses the prompt's length and mmobs refuses in the same words from the header; and ten and a half minutes
+(19,000 frames), which vLLM alone decodes to the last of its 768 kept frames before it answers and mmobs refuses
+before the first (``MMOBS_VLLM_VIDEO_MAX_FRAMES_READ``): the status, the start of the message, the API server's CPU
+and how far its peak resident memory rose.
 
-Every request is a chat completion with ``max_tokens=4`` at temperature 0; the answers (prompt tokens and
-the completion) of the two servers must be equal, or the run is void. Reported: the API server's CPU per
+Both servers run with ``--enable-scale-out`` (vLLM's render endpoints), ``with mmobs`` with
+``MMOBS_VLLM_RENDER=keys``, and each round also renders (``POST /v1/chat/completions/render``, as a
+cache-aware router asks) a clip neither has seen, then the same clip twice more:
+
+* ``render first``: vLLM alone decodes it and runs the HF processor; mmobs answers from the MP4's header;
+* ``render re-sent``: vLLM alone does that again; mmobs answers from its decoded index.
+
+vLLM alone is asked with ``"mm_payload": "none"`` (no tensors in its answer: its cheapest render, and the
+answer mmobs's keys-only one must equal field for field).
+
+Every chat request is a chat completion with ``max_tokens=4`` at temperature 0; the answers (prompt tokens
+and the completion, or the render's fields) of the two servers must be equal, or the run is void. Reported: the API server's CPU per
 request (its process CPU clock), each server's median over the rounds, and with/without as the median of
 the per-round ratios with half their interquartile range.
 
@@ -48,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import _harness as harness
+import httpx
 import openai
 from _common import FULL, QUICK, Config
 from _vllm_report import load
@@ -56,9 +69,9 @@ from _vllm_targets import VARIANTS, WITH, WITHOUT, Target, make_target, settings
 from tests.support.videos import Clip, clip_bytes
 from tests.support.vllm_server import VllmServer, make_model, server_venv
 
-#: The targets: with/without API-server CPU of a re-sent turn, and of a first one (not costlier, within noise).
-RESENT_TARGET = 0.1
-FIRST_TARGET = 1.1
+#: The targets, with/without API-server CPU: per kind of request (a first turn: not costlier, within noise).
+TARGETS = {"first": 1.1, "resent": 0.1, "render first": 0.25, "render resent": 0.1}
+RENDER = "/v1/chat/completions/render"
 SECONDS = (10, 60)
 RESENDS = 2
 LIMITS = ("--max-model-len", "4096", "--max-num-batched-tokens", "4096")
@@ -95,6 +108,29 @@ def turns(target: Target, clip: bytes) -> tuple[float, float, list[tuple[int, st
     return first, statistics.median(resent), answers
 
 
+def render(target: Target, clip: bytes) -> dict[str, Any]:
+    """The render of a chat with ``clip`` (vLLM alone asked for no tensors), without its request id."""
+    url = f"data:video/mp4;base64,{base64.b64encode(clip).decode()}"
+    content = [{"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": "What happens?"}]
+    body: dict[str, Any] = {"model": target.server.model, "messages": [{"role": "user", "content": content}]}
+    if target.name == WITHOUT:
+        body["mm_payload"] = "none"
+    response = httpx.post(target.server.url + RENDER, json=body, timeout=600)
+    response.raise_for_status()
+    return {key: value for key, value in response.json().items() if key != "request_id"}
+
+
+def renders(target: Target, clip: bytes) -> tuple[float, float, list[dict[str, Any]]]:
+    """A first render of ``clip`` and :data:`RESENDS` more: (first CPU, median re-sent CPU, answers)."""
+    cpu = []
+    answers = []
+    for _ in range(RESENDS + 1):
+        before = target.cpu()
+        answers.append(render(target, clip))
+        cpu.append(target.cpu() - before)
+    return cpu[0], statistics.median(cpu[1:]), answers
+
+
 def hostile(target: Target, clip: bytes) -> list[str]:
     """One request with ``clip``: [status and message, API-server CPU, rise of its peak RSS]."""
     before, peak_before = target.cpu(), peak_rss(target)
@@ -120,8 +156,8 @@ def start(venv: Path, model: Path, directory: Path, name: str) -> VllmServer:
         venv,
         model,
         directory / name.replace(" ", "-"),
-        args=[*args, *LIMITS],
-        env=env,
+        args=[*args, *LIMITS, "--enable-scale-out"],
+        env={**env, "MMOBS_VLLM_RENDER": "keys"} if name == WITH else env,
         name=f"vllm serve ({name})",
         timeout=480.0,
     )
@@ -143,7 +179,7 @@ def run(cfg: Config, out: harness.Report, rounds: int | None = None) -> None:
     }
     load_before, started = load(), time.monotonic()
     samples: dict[tuple[int, str], dict[str, list[float]]] = {
-        (seconds, kind): {WITHOUT: [], WITH: []} for seconds in SECONDS for kind in ("first", "resent")
+        (seconds, kind): {WITHOUT: [], WITH: []} for seconds in SECONDS for kind in TARGETS
     }
     with tempfile.TemporaryDirectory(prefix="mmobs-bench-video-") as tmp:
         directory = Path(tmp)
@@ -169,12 +205,29 @@ def run(cfg: Config, out: harness.Report, rounds: int | None = None) -> None:
                         samples[(seconds, "resent")][side].append(resent)
                     if answers[WITH] != answers[WITHOUT]:
                         raise RuntimeError(f"different answers for the {seconds} s clip: {answers}")
+                    tag += 1
+                    clip = fresh(clips[seconds], tag)
+                    shuffle.shuffle(sides)
+                    rendered = {}
+                    for side in sides:
+                        first, resent, rendered[side] = renders(targets[side], clip)
+                        samples[(seconds, "render first")][side].append(first)
+                        samples[(seconds, "render resent")][side].append(resent)
+                    if rendered[WITH] != rendered[WITHOUT]:
+                        raise RuntimeError(f"different renders of the {seconds} s clip")
                 print(f"[vllm-video: round {index + 1}/{rounds} done]", file=sys.stderr, flush=True)
-            still = clip_bytes(Clip(1280, 720, 19_000, 30.0, seed=7, scene="still"), python)
-            worst = {side: hostile(targets[side], still) for side in (WITHOUT, WITH)}
+            costly = {
+                "2 min still 720p (too long for the context)": Clip(1280, 720, 3_600, 30.0, seed=8, scene="still"),
+                "10.5 min still 720p (19,000 frames)": Clip(1280, 720, 19_000, 30.0, seed=7, scene="still"),
+            }
+            worst = {}
+            for what, spec in costly.items():
+                still = clip_bytes(spec, python)
+                for side in (WITHOUT, WITH):
+                    worst[(what, len(still), side)] = hostile(targets[side], still)
             counted: dict[str, float] = {}
             for (name, _), value in targets[WITH].server.samples("mmobs_vllm_").items():
-                if "decodes_total" in name or "refusals_total" in name:
+                if "decodes_total" in name or "refusals_total" in name or "render_videos" in name:
                     counted[name] = counted.get(name, 0.0) + value
         finally:
             stop_servers(servers)
@@ -184,12 +237,17 @@ def run(cfg: Config, out: harness.Report, rounds: int | None = None) -> None:
         )
     )
     out()
-    out(f"The 10.5-minute still 720p clip ({len(still) / 1e6:.1f} MB), once on each server:")
-    out()
-    out(harness.table(["server", "answer", "API CPU", "peak RSS rise"], [[side, *worst[side]] for side in worst]))
+    out("The costliest clips, once on each server:")
     out()
     out(
-        f"{rounds} rounds, {RESENDS} re-sent turns each; CPU is the API server's process CPU clock; ratios are "
+        harness.table(
+            ["clip", "server", "answer", "API CPU", "peak RSS rise"],
+            [[f"{what} ({size / 1e6:.1f} MB)", side, *row] for (what, size, side), row in worst.items()],
+        )
+    )
+    out()
+    out(
+        f"{rounds} rounds, {RESENDS} re-sent turns and renders each; CPU is the API server's process CPU clock; ratios are "
         f"medians of per-round ratios (± half their IQR); every answer was the same on both servers. On `with "
         f"mmobs`'s /metrics at the end: {counted}. Load average before: {load_before}, after: {load()}; "
         f"{time.monotonic() - started:.0f} s in all."
@@ -201,11 +259,11 @@ def table(clips: dict[int, bytes], samples: dict[tuple[int, str], dict[str, list
     rows = []
     for (seconds, kind), cpu in samples.items():
         ratio, spread = harness.paired_ratio(cpu[WITHOUT], cpu[WITH])
-        target = RESENT_TARGET if kind == "resent" else FIRST_TARGET
+        target = TARGETS[kind]
         rows.append(
             [
                 f"{seconds} s 720p MP4 ({len(clips[seconds]) / 1e6:.1f} MB)",
-                "re-sent" if kind == "resent" else "first",
+                kind.replace("resent", "re-sent"),
                 harness.fmt_time(statistics.median(cpu[WITHOUT])),
                 harness.fmt_time(statistics.median(cpu[WITH])),
                 harness.fmt_ratio(ratio, spread),

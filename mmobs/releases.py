@@ -164,6 +164,7 @@ class VllmModules:
     output_processor: str = "vllm.v1.engine.output_processor"
     async_llm: str = "vllm.v1.engine.async_llm"
     chat_serving: str = "vllm.entrypoints.openai.chat_completion.serving"
+    api_utils: str = "vllm.entrypoints.serve.utils.api_utils"
     base_serving: str = "vllm.entrypoints.generate.base.serving"
     error_handlers: str = "vllm.entrypoints.serve.exception_handling.handlers.vllm_error"
     exceptions: str = "vllm.exceptions"

@@ -159,11 +159,12 @@ VLLM_ENGINE_ITEM_METRICS: frozenset[str] = frozenset(
 #: the sizes remembered for items sent by uuid alone.
 VLLM_RENDER_REQUESTS = "mmobs_vllm_render_requests_total"
 VLLM_RENDER_IMAGES = "mmobs_vllm_render_images_total"
+VLLM_RENDER_VIDEOS = "mmobs_vllm_render_videos_total"
 VLLM_RENDER_INDEX_ENTRIES = "mmobs_vllm_render_index_entries"
 VLLM_RENDER_INDEX_BYTES = "mmobs_vllm_render_index_bytes"
 
 VLLM_RENDER_METRICS: frozenset[str] = frozenset(
-    {VLLM_RENDER_REQUESTS, VLLM_RENDER_IMAGES, VLLM_RENDER_INDEX_ENTRIES, VLLM_RENDER_INDEX_BYTES}
+    {VLLM_RENDER_REQUESTS, VLLM_RENDER_IMAGES, VLLM_RENDER_VIDEOS, VLLM_RENDER_INDEX_ENTRIES, VLLM_RENDER_INDEX_BYTES}
 )
 
 #: The metric the job/instance variables read their values from. Its children

@@ -3,8 +3,9 @@
 A cache-aware router asks a render server (``vllm serve --enable-scale-out``) for each request's token ids
 and multimodal keys; with ``MMOBS_VLLM_RENDER=keys`` the plugin answers those without the pixel work
 (docs/routers.md). The row shows the render requests by the mode they were answered in and why a request
-got vLLM's full render, where keys-only images got their size (a first-seen PNG is decoded; a re-sent image
-costs its digest), and the sizes remembered for items sent by uuid alone.
+got vLLM's full render, where keys-only images got their size and clips their frames' count and size (a
+first-seen PNG or WebM is decoded; a re-sent image or clip costs its digest), and the sizes remembered for items
+sent by uuid alone.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ def panels(query: QueryStyle) -> list[dict[str, Any]]:
             stack=True,
         ),
         timeseries(
-            "Keys-only share of image renders",
-            "Of the render requests with images, the share answered keys-only. A drop means requests the keys-only "
+            "Keys-only share of multimodal renders",
+            "Of the render requests with images or videos, the share answered keys-only. A drop means requests the keys-only "
             "path declines (see the reasons beside it) and that cost a full render each.",
             "percentunit",
             [
@@ -47,12 +48,15 @@ def panels(query: QueryStyle) -> list[dict[str, Any]]:
             ],
         ),
         timeseries(
-            "Keys-only images, by where their size came from",
-            "Images per second of keys-only renders: index (bytes rendered before: they cost their digest), header "
-            "(a first-seen JPEG, sized from its header) or decode (decoded by vLLM's loader: PNGs, and JPEGs the "
-            "header cannot vouch for).",
+            "Keys-only images and clips, by where their size came from",
+            "Images and video clips per second of keys-only renders: index (bytes rendered before: they cost their "
+            "digest), header (a first-seen JPEG or MP4, sized from its header) or decode (decoded by vLLM's loader: "
+            "PNGs, WebMs, and files the header cannot vouch for).",
             "ops",
-            [target(query.sum_rate(metrics.VLLM_RENDER_IMAGES, by=["source"]), legend="{{source}}")],
+            [
+                target(query.sum_rate(metrics.VLLM_RENDER_IMAGES, by=["source"]), "A", "image {{source}}"),
+                target(query.sum_rate(metrics.VLLM_RENDER_VIDEOS, by=["source"]), "B", "video {{source}}"),
+            ],
             stack=True,
         ),
         timeseries(

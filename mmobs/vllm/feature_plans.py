@@ -197,10 +197,31 @@ def video_plan(planning: Planning) -> list[Hook]:
             Hook(processor_class, "_get_cache_missing_items", clip_skip.decode_missing(original_missing, skipper))
         )
     planning.clip_skipper = skipper
+    if skipper is not None and planning.keys_only is not None:
+        hooks.extend(_length_gate(planning, skipper))
     return [
         *hooks,
         Hook(loader_class, "load_bytes", loader_hooks.load_video_bytes(original_load_bytes, skipper=skipper)),
     ]
+
+
+def _length_gate(planning: Planning, skipper: clip_skip.ClipSkipper) -> list[Hook]:
+    """Clips too long for the context deferred, and their prompts refused in vLLM's words (:mod:`.video_length`)."""
+    from mmobs.vllm.video_length import LengthGate, renderer_init
+
+    processing = planning.keys_only
+    assert processing is not None
+    get_max_tokens = function(module(VLLM.api_utils), "get_max_tokens")
+    renderer_class = attribute(module(VLLM.renderers), "BaseRenderer")
+    processor_class = attribute(module(VLLM.processor), "BaseMultiModalProcessor")
+    function(processor_class, "_apply_prompt_updates", parameters=3)
+    gate = LengthGate(processing, get_max_tokens)
+    processing.length_gate, skipper.over_context = gate, gate.over_context
+    hooks = [Hook(renderer_class, "__init__", renderer_init(vars(renderer_class)["__init__"], gate))]
+    if not planning.keys_only_wraps_processor:
+        cached_apply = function(processor_class, "_cached_apply_hf_processor", parameters=3)
+        hooks.append(Hook(processor_class, "_cached_apply_hf_processor", processing.wrap(cached_apply)))
+    return hooks
 
 
 def cache_drift_plan(planning: Planning) -> list[Hook]:
@@ -234,7 +255,7 @@ def render_plan(planning: Planning) -> list[Hook]:
     """The render endpoints counted and guarded, and keys-only on request (:mod:`mmobs.vllm.render`)."""
     from mmobs.vllm.render import render_plan as plan_apart
 
-    return Hook.from_plan(plan_apart.render_plan(planning.skipper))
+    return Hook.from_plan(plan_apart.render_plan(planning.skipper, planning))
 
 
 def engine_items_plan(planning: Planning) -> list[Hook]:

@@ -26,6 +26,7 @@ from mmobs.vllm.startup_log import say
 if TYPE_CHECKING:
     from mmobs.vllm.decode_free_hits.clip_skip import ClipSkipper
     from mmobs.vllm.decode_free_hits.decode_skip import DecodeSkipper
+    from mmobs.vllm.render.keys_only import KeysOnlyProcessing
 
 
 #: The vLLM processes a feature applies to: all of them, the API server only (media, hashing, metrics), or the
@@ -92,6 +93,10 @@ class Planning:
     skipper: DecodeSkipper | None = None
     #: The video clips' skipper, built on the images' one (None: clips are decoded on every send).
     clip_skipper: ClipSkipper | None = None
+    #: The keys-only processing the render plan made (it sizes prompts for the video length gate too), and
+    #: whether the render plan already wraps the processor's step with it.
+    keys_only: KeysOnlyProcessing | None = None
+    keys_only_wraps_processor: bool = False
 
 
 def _on_or_off(hooks: Sequence[Hook]) -> str:

@@ -38,6 +38,7 @@ from typing import Any, Literal, get_args
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from mmobs.observability.metrics import MetricSpec, made_once
+from mmobs.vllm.render import header_clips
 from mmobs.vllm.startup_log import whole_number_env
 
 MAX_FRAMES_READ_ENV = "MMOBS_VLLM_VIDEO_MAX_FRAMES_READ"
@@ -45,16 +46,18 @@ MAX_DECODED_BYTES_ENV = "MMOBS_VLLM_VIDEO_MAX_DECODED_BYTES"
 DEFAULT_MAX_FRAMES_READ = 18_000
 DEFAULT_MAX_DECODED_BYTES = 4 * 1024**3
 
-#: The budget a refused clip was over: mmobs's two, or vLLM 0.33's own decoded-bytes budget, applied early.
-Budget = Literal["frames_read", "decoded_bytes", "vllm_decode_bytes"]
+#: The budget a refused clip was over: mmobs's two, vLLM 0.33's own decoded-bytes budget applied early, or the
+#: model's context, which vLLM checks after the decode (:mod:`mmobs.vllm.video_length`).
+Budget = Literal["frames_read", "decoded_bytes", "vllm_decode_bytes", "vllm_length"]
 BUDGETS: tuple[str, ...] = get_args(Budget)
 
 VIDEO_BUDGET_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "refusals", Counter, "mmobs_vllm_video_refusals_total",
         "Video clips refused (a 400) before their decode, by the budget their header showed they would exceed: "
-        "frames_read (MMOBS_VLLM_VIDEO_MAX_FRAMES_READ), decoded_bytes (MMOBS_VLLM_VIDEO_MAX_DECODED_BYTES) or "
-        "vllm_decode_bytes (vLLM's VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES, which vLLM applies after the decode).",
+        "frames_read (MMOBS_VLLM_VIDEO_MAX_FRAMES_READ), decoded_bytes (MMOBS_VLLM_VIDEO_MAX_DECODED_BYTES), "
+        "vllm_decode_bytes (vLLM's VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES, which vLLM applies after the decode), or "
+        "vllm_length (the prompt longer than the model's context, which vLLM checks after the decode).",
         ("budget",),
     ),
 )  # fmt: skip
@@ -135,12 +138,19 @@ def _refuse(budget: Budget, message: str) -> None:
 
 
 def read_frames(original: Callable[..., Any], cv2: Any) -> Callable[..., Any]:
-    """``OpenCVVideoBackendMixin.read_frames(cls, cap, frame_idx, total_frames_num, ...)``, the budgets checked first."""
+    (
+        """``OpenCVVideoBackendMixin.read_frames(cls, cap, frame_idx, total_frames_num, ...)``, the budgets checked first.
+
+    In a keys-only render, a clip its header answers for is not read (:mod:`mmobs.vllm.render.header_clips`).
+    """
+        ""
+    )
 
     @functools.wraps(original)
     def bounded(cls: type, cap: Any, frame_idx: list[int], *args: Any, **kwargs: Any) -> Any:
         width, height = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
         check(width, height, list(frame_idx), decode_budget=current_decode_budget.get())
-        return original(cls, cap, frame_idx, *args, **kwargs)
+        answered = header_clips.frames_from_header(cap, cv2, list(frame_idx), width, height)
+        return original(cls, cap, frame_idx, *args, **kwargs) if answered is None else answered
 
     return bounded

@@ -10,6 +10,7 @@ frames when vLLM's processor takes it for a miss.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -271,3 +272,71 @@ class TestTheDecodeIsBoundedBeforeItStarts:
             VideoMediaIO(ImageMediaIO(decoded_budget=MediaDecodedBudget())).load_bytes(data)
         assert str(early.value) == str(by_vllm.value)
         assert counted("mmobs_vllm_video_refusals_total", budget="vllm_decode_bytes") == before + 1
+
+
+def rendered(parts: types.SimpleNamespace, data: bytes, **loader_kwargs: Any) -> tuple[Any, Any, str]:
+    """``load_and_key`` inside a keys-only render request."""
+    from mmobs.vllm.render import render_mode
+
+    token = render_mode.enter(render_mode.RenderRequest("chat"))
+    try:
+        return load_and_key(parts, data, **loader_kwargs)
+    finally:
+        render_mode.leave(token)
+
+
+@pytest.mark.parametrize("name", [name for name in sorted(CLIPS) if name.startswith("mp4")])
+def test_a_keys_only_render_answers_a_first_seen_mp4_from_its_header_as_its_decode_would(
+    vllm_parts: types.SimpleNamespace, name: str
+) -> None:
+    """No frame read: the key, the metadata and the frames' shape a decode gives; re-sent, from the index."""
+    from mmobs.vllm.decode_free_hits.clip_skip import UndecodedFrames
+
+    clip, loader_kwargs, *turned = CLIPS[name]
+    clip = dataclasses.replace(clip, seed=clip.seed + 100, frames=clip.frames * 3, scene="pan")  # not seen before
+    data = rotated(clip_bytes(clip)) if turned else clip_bytes(clip)
+    skipped = counted("mmobs_vllm_skipped_decodes_total", modality="video")
+    answered, _, key = rendered(vllm_parts, data, **loader_kwargs)
+    frames, metadata = answered.media
+    assert isinstance(frames, UndecodedFrames)
+    assert counted("mmobs_vllm_skipped_decodes_total", modality="video") == skipped + 1
+    decoded, _, decoded_key = load_and_key(vllm_parts, data, **loader_kwargs)  # no render: vLLM decodes it
+    assert type(decoded.media[0]) is np.ndarray
+    assert (decoded_key, decoded.media[1], decoded.media[0].shape) == (key, metadata, frames.shape)
+    again, _, again_key = rendered(vllm_parts, data, **loader_kwargs)
+    assert isinstance(again.media[0], UndecodedFrames) and again_key == key and again.media[1] == metadata
+
+
+def test_a_keys_only_render_decodes_a_clip_its_header_cannot_answer_for(vllm_parts: types.SimpleNamespace) -> None:
+    """A WebM (its frame count is estimated from its duration) and a clip vLLM keys from its frames."""
+    from mmobs.vllm.decode_free_hits.clip_skip import UndecodedFrames
+
+    webm = clip_bytes(Clip(frames=10, fps=5.0, container="webm", seed=103))
+    answered, _, _ = rendered(vllm_parts, webm, num_frames=-1, fps=2)
+    assert type(answered.media[0]) is np.ndarray
+    noisy = clip_bytes(Clip(frames=40, seed=113))
+    answered, _, _ = rendered(vllm_parts, noisy, num_frames=1)
+    assert type(answered.media[0]) is np.ndarray and answered.media[0].nbytes < len(noisy)
+    assert not isinstance(answered.media[0], UndecodedFrames)
+
+
+def test_a_header_answer_that_reaches_vllms_processing_is_decoded_first(vllm_parts: types.SimpleNamespace) -> None:
+    """A keys-only render declined after its load: its parsed items get vLLM's frames before the HF processor;
+    a chat's stand-in for a cached clip is left to the cache (nothing reads it)."""
+    from mmobs.vllm.decode_free_hits import clip_skip
+
+    cached = clip_bytes(Clip(frames=9, seed=121, scene="pan"))
+    _, _, key = load_and_key(vllm_parts, cached)
+    cache_it(vllm_parts, key)
+    _, held, _ = load_and_key(vllm_parts, cached)
+    clip_skip.decode_stand_ins({"video": held}, unheld_only=True)
+    assert isinstance(clip_skip.frames_of(held.get(0)), clip_skip.UndecodedFrames)
+
+    data = clip_bytes(Clip(frames=9, seed=120, scene="pan"))
+    answered, items, _ = rendered(vllm_parts, data)
+    assert isinstance(answered.media[0], clip_skip.UndecodedFrames)
+    late = counted("mmobs_vllm_late_decodes_total", modality="video")
+    clip_skip.decode_stand_ins({"video": items}, unheld_only=True)
+    frames = items.get(0)[0] if isinstance(items.get(0), tuple) else items.get(0)
+    assert type(frames) is np.ndarray and np.array_equal(frames, vllm_parts.loader().load_bytes(data).media[0])
+    assert counted("mmobs_vllm_late_decodes_total", modality="video") == late + 1

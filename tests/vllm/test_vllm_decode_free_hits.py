@@ -265,6 +265,28 @@ def test_a_clip_over_the_frames_budget_is_refused_before_its_decode_and_broken_o
     assert moved[series("mmobs_vllm_mm_decode_seconds_count", format="mp4", modality="video", outcome="refused")] == 1
 
 
+def test_a_clip_too_long_for_the_context_is_refused_before_its_decode_in_vllms_words(
+    vllm_mmobs: VllmServer, vllm_alone: VllmServer
+) -> None:
+    """25 s of a still 720p scene: 50 frames kept, more tokens than the servers' context. vLLM alone decodes it to its
+    last kept frame before it refuses the prompt's length; mmobs gives the same 400, word for word, having read two
+    frames (what OpenCV read, from the tests' witness). Where request processor kwargs make such a clip fit after
+    all: tests/vllm/test_vllm_render_keys_only.py (these servers refuse request kwargs)."""
+    python = vllm_mmobs.venv / "bin" / "python"
+    clip = clip_bytes(Clip(1280, 720, frames=100, fps=4.0, seed=next(_seed), scene="still"), python)
+    url = f"data:video/mp4;base64,{base64.b64encode(clip).decode()}"
+    messages = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": url}}]}]
+    refused = answer(vllm_alone, messages)
+    length = re.fullmatch(r"Input length \((\d+)\) exceeds model's maximum context length \((\d+)\)\.", refused[1])
+    assert refused[0] == 400 and length is not None and int(length[1]) > int(length[2]), refused
+    before, frames_seen = vllm_mmobs.samples(), len(vllm_mmobs.witnessed("video_frames"))
+    assert answer(vllm_mmobs, messages) == refused
+    assert sum(line["grabs"] for line in vllm_mmobs.witnessed("video_frames")[frames_seen:]) <= 2
+    moved = delta(before, vllm_mmobs.samples())
+    assert moved[series("mmobs_vllm_video_refusals_total", budget="vllm_length")] == 1
+    assert series(LATE, modality="video") not in moved
+
+
 def test_a_stand_in_the_processor_reads_after_all_is_decoded_late_and_answered_alike(
     vllm_mmobs: VllmServer, vllm_alone: VllmServer
 ) -> None:

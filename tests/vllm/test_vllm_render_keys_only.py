@@ -18,11 +18,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 from scripts import corpus
 from tests.support import data_url, golden, images
+from tests.support.videos import Clip, clip_bytes, rotated
 from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
+from tests.support.vllm_requests import client_for
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series
 from tests.vllm.render_requests import (
     CHAT,
@@ -159,9 +162,10 @@ def test_every_request_shape_is_answered_as_vllm_alone_answers_it(
     }
 
 
-def test_the_other_endpoints_and_a_video(vllm_scale_out: VllmServer, render_keys: VllmServer) -> None:
-    """``/v1/responses/render`` and ``/v1/messages/render`` (through the chat one) keys-only too; a video gets
-    vLLM's full render, tensors included, counted as declined for its modality."""
+def test_the_other_endpoints_and_a_clip_beside_an_image(vllm_scale_out: VllmServer, render_keys: VllmServer) -> None:
+    """``/v1/responses/render`` and ``/v1/messages/render`` (through the chat one) keys-only too; a clip and an
+    image in one chat keys-only; the same under processor kwargs no rule holds for gets vLLM's full render,
+    tensors included: the clip answered from its header at load is decoded for it."""
     photo = photos(1, seed=400)[0]
     responses = {
         "model": vllm_scale_out.model,
@@ -182,15 +186,21 @@ def test_the_other_endpoints_and_a_video(vllm_scale_out: VllmServer, render_keys
     before = reasons(render_keys)
     assert_same_answer(*both(vllm_scale_out, render_keys, responses, "/v1/responses/render"), "responses")
     assert_same_answer(*both(vllm_scale_out, render_keys, messages, "/v1/messages/render"), "messages")
-    body = chat(vllm_scale_out, user(video, image_part(photo)))
-    expected, found = post(vllm_scale_out, CHAT, body), post(render_keys, CHAT, body)
+    assert_same_answer(*both(vllm_scale_out, render_keys, chat(vllm_scale_out, user(video, image_part(photo)))))
+    square = clip_bytes(Clip(width=56, height=56, frames=8, seed=401, scene="pan"), render_keys.venv / "bin" / "python")
+    square_video = {"type": "video_url", "video_url": {"url": data_url(square, "video/mp4")}}
+    unresized = chat(
+        vllm_scale_out, user(square_video, image_part(images.jpeg_bytes((448, 224), seed=402))),
+        mm_processor_kwargs={"do_resize": False},
+    )  # fmt: skip
+    expected, found = post(vllm_scale_out, CHAT, unresized), post(render_keys, CHAT, unresized)
     assert found.status_code == expected.status_code == 200, found.text[:300]
     assert without_request_ids(found.json()) == without_request_ids(expected.json())
     assert found.json()["features"]["kwargs_data"]["video"], "vLLM's full render: its tensors"
     assert moved(before, reasons(render_keys)) == {
         ("responses", "keys", "keys_only"): 1,
-        ("chat", "keys", "keys_only"): 1,
-        ("chat", "full", "modality"): 1,
+        ("chat", "keys", "keys_only"): 2,
+        ("chat", "full", "processor_kwargs"): 1,
     }
 
 
@@ -240,6 +250,91 @@ def test_a_resent_image_costs_its_digest(render_keys: VllmServer) -> None:
         third[series("mmobs_vllm_decoded_index_entries", modality="image")] >= 3
         and third[series("mmobs_vllm_decoded_index_bytes", modality="image")] > 0
     )
+
+
+def video_part(data: bytes, media_type: str = "video/mp4") -> dict[str, Any]:
+    return {"type": "video_url", "video_url": {"url": data_url(data, media_type)}}
+
+
+def test_clips_are_answered_from_their_header_then_the_index_as_vllm_alone_answers_them(
+    vllm_scale_out: VllmServer, render_keys: VllmServer
+) -> None:
+    """First-seen MP4s from their header (a frame or two read, where vLLM reads every frame to the last kept), a
+    WebM decoded, and a history re-sending them from the index (nothing opened): every answer vLLM alone's."""
+    python = render_keys.venv / "bin" / "python"
+    pan = clip_bytes(Clip(width=320, height=240, frames=90, fps=30.0, seed=500, scene="pan"), python)
+    every_frame = clip_bytes(Clip(width=160, height=120, frames=8, fps=1.0, seed=501, scene="pan"), python)
+    webm = clip_bytes(Clip(width=160, height=120, frames=20, fps=10.0, container="webm", seed=502), python)
+    reply = {"role": "assistant", "content": "A clip."}
+    first_seen = {
+        "a 3 s 30 fps MP4": chat(vllm_scale_out, user(video_part(pan))),
+        "the same turned a quarter by its header": chat(vllm_scale_out, user(video_part(rotated(pan)))),
+        "a 1 fps MP4, every frame kept": chat(vllm_scale_out, user(video_part(every_frame))),
+        "a WebM": chat(vllm_scale_out, user(video_part(webm, "video/webm"))),
+    }
+    resent = chat(
+        vllm_scale_out, user(video_part(pan)), reply, user(video_part(webm, "video/webm")), reply,
+        user(image_part(photos(1, seed=503)[0]), text="And this?"),
+    )  # fmt: skip
+    sources = "mmobs_vllm_render_videos_total"
+    first, frames_seen = render_keys.samples(), len(render_keys.witnessed("video_frames"))
+    read = {}
+    for what, body in first_seen.items():
+        assert_same_answer(*both(vllm_scale_out, render_keys, body), what)
+        lines = render_keys.witnessed("video_frames")
+        read[what], frames_seen = [line["grabs"] for line in lines[frames_seen:]], len(lines)
+    second, opened = render_keys.samples(), len(render_keys.witnessed("video_open"))
+    expected, found = both(vllm_scale_out, render_keys, resent)
+    assert_same_answer(expected, found, "a history re-sending them")
+    assert len(found.json()["features"]["mm_hashes"]["video"]) == 2
+    # What OpenCV read in the server (the tests' witness): vLLM's end-of-stream check and the last frame kept
+    # for a header's answer; every frame up to the last kept for the WebM; nothing at all for the re-sent clips.
+    assert all(sum(grabs) <= 2 for what, grabs in read.items() if what != "a WebM"), read
+    assert sum(read["a WebM"]) >= 16, read  # Qwen2-VL keeps 2 of its 10 a second: frames 0, 5, 10 and 15
+    assert len(render_keys.witnessed("video_open")) == opened
+    third = render_keys.samples()
+    assert {key: value for key, value in delta(first, second).items() if key[0] == sources} == {
+        series(sources, source="header"): 3,
+        series(sources, source="decode"): 1,
+    }
+    assert {key: value for key, value in delta(second, third).items() if key[0] == sources} == {
+        series(sources, source="index"): 2,
+    }
+    assert series("mmobs_vllm_late_decodes_total", modality="video") not in delta(first, third)
+
+
+def test_a_chats_clip_deferred_for_its_length_is_decoded_when_request_kwargs_make_it_fit(
+    vllm_scale_out: VllmServer, render_keys: VllmServer
+) -> None:
+    """A chat completion (not a render) with a clip too long for the context at the server's processor kwargs: mmobs
+    defers its decode; the request's ``max_pixels`` makes it fit, so it is decoded (late) and answered as vLLM alone
+    answers it, prompt token ids and completion alike. Without the kwargs both refuse it alike."""
+    python = render_keys.venv / "bin" / "python"
+    clip = clip_bytes(Clip(1280, 720, frames=100, fps=4.0, seed=510, scene="still"), python)
+    messages = [user(video_part(clip))]
+
+    def ask(server: VllmServer, **extra: Any) -> tuple[int, Any]:
+        try:
+            completion = client_for(server).chat.completions.create(
+                model=server.model, max_tokens=4, temperature=0, messages=messages,  # type: ignore[arg-type]
+                extra_body={"return_token_ids": True, **extra},
+            )  # fmt: skip
+        except openai.APIStatusError as error:
+            return error.status_code, error.response.json()["error"]["message"]
+        return 200, ((completion.model_extra or {}).get("prompt_token_ids"), completion.choices[0].message.content)
+
+    late = series("mmobs_vllm_late_decodes_total", modality="video")
+    refusals = series("mmobs_vllm_video_refusals_total", budget="vllm_length")
+    before = render_keys.samples()
+    refused = ask(render_keys)
+    assert refused == ask(vllm_scale_out) and refused[0] == 400, refused
+    smaller = {"mm_processor_kwargs": {"max_pixels": 28 * 28 * 4}}
+    middle = render_keys.samples()
+    fits = ask(render_keys, **smaller)
+    assert fits == ask(vllm_scale_out, **smaller) and fits[0] == 200, fits
+    after = render_keys.samples()
+    assert delta(before, middle).get(refusals) == 1 and late not in delta(before, middle)
+    assert delta(middle, after).get(late) == 1 and refusals not in delta(middle, after)
 
 
 def test_with_the_switch_unset_every_field_is_vllm_alones(vllm_scale_out: VllmServer, vllm_server: VllmServer) -> None:

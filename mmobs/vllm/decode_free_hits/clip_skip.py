@@ -31,6 +31,7 @@ decoder's) and custom loaders keep vLLM's path.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import logging
 import threading
@@ -46,6 +47,7 @@ from blake3 import blake3
 
 from mmobs.vllm.decode_free_hits.decode_metrics import DecodeSkipMetrics, decode_skip_metrics
 from mmobs.vllm.decode_free_hits.decode_skip import DecodedIndex, DecodeSkipper, IndexKey
+from mmobs.vllm.render import header_clips, render_mode
 from mmobs.vllm.shape import vllm_max_pixels
 from mmobs.vllm.startup_log import say, whole_number_env
 
@@ -91,15 +93,28 @@ class UndecodedFrames(np.ndarray):
 
     decode: Callable[[], tuple[Any, dict[str, Any]]] | None = None
     record: ClipRecord | None = None
+    #: Made for a keys-only render, not for a processor-cache hit: decoded before any processing reads it.
+    unheld: bool = False
 
     def __array_finalize__(self, obj: Any) -> None:
         self.decode = getattr(obj, "decode", None)
         self.record = getattr(obj, "record", None)
+        self.unheld = getattr(obj, "unheld", False)
 
 
 def undecoded(record: ClipRecord, decode: Callable[[], tuple[Any, dict[str, Any]]]) -> UndecodedFrames:
-    frames = np.broadcast_to(np.zeros((), dtype=record.dtype), record.shape).view(UndecodedFrames)
-    frames.decode, frames.record = decode, record
+    frames = undecoded_shape(record.shape, decode, record.dtype)
+    frames.record = record
+    frames.unheld = False
+    return frames
+
+
+def undecoded_shape(
+    shape: tuple[int, ...], decode: Callable[[], tuple[Any, dict[str, Any]]], dtype: Any = np.uint8
+) -> UndecodedFrames:
+    """Frames of ``shape`` that hold no pixels, decoded by ``decode()`` should anything need them."""
+    frames = np.broadcast_to(np.zeros((), dtype=dtype), shape).view(UndecodedFrames)
+    frames.decode, frames.unheld = decode, True
     return frames
 
 
@@ -143,6 +158,9 @@ class ClipSkipper:
         #: Whether vLLM's own ``_get_cache_missing_items`` has run in this process (with its hook): a model whose
         #: processor replaces the cached path never calls it, so its clips are never stood in for.
         self.misses_hooked = False
+        #: Whether a clip of ``(frames kept, height, width)`` is alone too long for the context: then its decode
+        #: is deferred to the processor, which refuses its prompt first (:mod:`mmobs.vllm.video_length`).
+        self.over_context: Callable[[tuple[int, int, int]], bool] | None = None
 
     def _index_size(self, entries: int, nbytes: int) -> None:
         self.metrics.index_size(entries, nbytes, "video")
@@ -152,19 +170,39 @@ class ClipSkipper:
         key = self._index_key(loader, data)
         if key is None:
             return original(loader, data)
+        keys_only = render_mode.keys_only()  # a keys-only render reads no pixels, whatever the caches hold
         record = self.index.get(key)
         if (
             record is not None
             and record.keys
-            and self.misses_hooked
-            and self.images.held(record.keys)
+            and (keys_only or (self.misses_hooked and self.images.held(record.keys)))
             and _within_pixel_limit(record)
         ):
-            return self._stand_in(original, loader, data, record)
+            self._rendered("index" if keys_only else None)
+            return self._stand_in(original, loader, data, record, unheld=keys_only)
         started = thread_time()
-        result = original(loader, data)
+        if keys_only and header_clips.answerable(data):
+            late = functools.partial(self._late_decode, original, loader, data)
+            with header_clips.from_header(len(data), functools.partial(undecoded_shape, decode=late)) as header:
+                result = original(loader, data)
+            if header.answered:
+                self.metrics.skipped(0.0, "video")
+            self._rendered("header" if header.answered else "decode")
+        elif keys_only or self.over_context is None or not header_clips.answerable(data):
+            result = original(loader, data)
+            self._rendered("decode" if keys_only else None)
+        else:  # a chat's first-seen MP4: its decode is deferred where it alone is too long for the context
+            late = functools.partial(self._late_decode, original, loader, data)
+            shape = functools.partial(undecoded_shape, decode=late)
+            with header_clips.from_header(len(data), shape, wanted=self.over_context):
+                result = original(loader, data)
         self._remember(result, key, data, thread_time() - started)
         return result
+
+    def _rendered(self, source: str | None) -> None:
+        """Count where a keys-only render's clip got its frames' shape (``source`` None: not a keys-only render)."""
+        if source is not None and self.images.render_videos is not None:
+            self.images.render_videos(source)
 
     def _index_key(self, loader: Any, data: bytes) -> IndexKey | None:
         if self.images.declined or type(loader) is not self.loader_class or not self.images.caches:
@@ -181,6 +219,11 @@ class ClipSkipper:
         if type(result) is not self.media_with_bytes or not isinstance(media, tuple) or len(media) != 2:
             return
         frames, metadata = media
+        if isinstance(frames, UndecodedFrames) and frames.record is None and isinstance(metadata, dict):
+            # Answered from the header (a keys-only render): remembered now, keyed in place by vLLM's hasher.
+            frames.record = ClipRecord(tuple(frames.shape), frames.dtype, copy.deepcopy(metadata), 0.0)
+            self.index.put(key, frames.record)
+            return
         if type(frames) is not np.ndarray or not isinstance(metadata, dict):  # a GPU decoder's tensor: its own path
             return
         if frames.nbytes < len(data):  # keyed from its frames: the key needs them
@@ -201,11 +244,14 @@ class ClipSkipper:
                 "decoded on every send (decode-free hits cover clips keyed from their bytes)",
             )
 
-    def _stand_in(self, original: Callable[[Any, bytes], Any], loader: Any, data: bytes, record: ClipRecord) -> Any:
+    def _stand_in(
+        self, original: Callable[[Any, bytes], Any], loader: Any, data: bytes, record: ClipRecord, *, unheld: bool
+    ) -> Any:
         budget = getattr(getattr(loader, "image_io", None), "decoded_budget", None)
         if budget is not None:  # vLLM 0.33: the request's decoded-bytes budget, charged as vLLM charges it
             budget.charge(int(np.prod(record.shape)) * record.dtype.itemsize)
         frames = undecoded(record, functools.partial(self._late_decode, original, loader, data))
+        frames.unheld = unheld
         self.metrics.skipped(record.decode_seconds, "video")
         return self.media_with_bytes((frames, copy.deepcopy(record.metadata)), data)
 
@@ -267,24 +313,36 @@ def decode_missing(original: Callable[..., Any], skipper: ClipSkipper) -> Callab
     def _get_cache_missing_items(self: Any, *args: Any, **kwargs: Any) -> Any:
         skipper.misses_hooked = True
         is_cached, missing = original(self, *args, **kwargs)
-        videos = missing.get("video") if hasattr(missing, "get") else None
-        data = getattr(videos, "data", None)
-        if isinstance(data, list):
-            for index, item in enumerate(data):
-                data[index] = _decoded(item)
+        decode_stand_ins(missing)
         return is_cached, missing
 
     return _get_cache_missing_items
 
 
-def _decoded(item: Any) -> Any:
-    frames = item[0] if isinstance(item, tuple) else item
-    if not isinstance(frames, UndecodedFrames) or frames.decode is None:
-        return item
-    decoded, _ = frames.decode()  # the same bytes and settings: the metadata the stand-in carries
-    if isinstance(item, tuple):
-        return (decoded, *item[1:])
-    return decoded
+def decode_stand_ins(mm_data_items: Any, *, unheld_only: bool = False) -> None:
+    """Decode, in place, the undecoded clips among a request's parsed items (vLLM's processor reads them next).
+
+    ``unheld_only``: only those made for a keys-only render (a cache hit's stand-in is read by nothing).
+    """
+    videos = mm_data_items.get("video") if hasattr(mm_data_items, "get") else None
+    data = getattr(videos, "data", None)
+    if isinstance(data, list):
+        for index, item in enumerate(data):
+            data[index] = _decoded(item, unheld_only)
+
+
+def _decoded(item: Any, unheld_only: bool = False) -> Any:
+    """The item with its frames decoded: bare frames, ``(frames, metadata)``, or vLLM's ``MediaWithBytes`` of either."""
+    if isinstance(item, tuple) and item:
+        return (_decoded(item[0], unheld_only), *item[1:])
+    if isinstance(item, UndecodedFrames) and item.decode is not None and (item.unheld or not unheld_only):
+        decoded, _ = item.decode()  # the same bytes and settings: the metadata the stand-in carries
+        return decoded
+    media = getattr(item, "media", None)
+    if dataclasses.is_dataclass(item) and media is not None:
+        found = _decoded(media, unheld_only)
+        return item if found is media else dataclasses.replace(item, media=found)  # type: ignore[type-var]
+    return item
 
 
 #: The skipper of this process, once the plugin has planned one (the key hook's calls are no-ops until then).

@@ -198,9 +198,10 @@ class DecodeSkipper:
         #: chat request, nor one in the chat's cache for a render, so each looks in its own.
         self.render_caches: weakref.WeakSet[Any] = weakref.WeakSet()
         #: For a keys-only render (:mod:`mmobs.vllm.render`): first-seen images' records from their header, and
-        #: the count of where each image's size came from (``index``, ``header`` or ``decode``).
+        #: the count of where each image's size, or clip's frames, came from (``index``, ``header``, ``decode``).
         self.header_records: Callable[[Any, bytes], Record | None] | None = None
         self.render_images: Callable[[str], None] | None = None
+        self.render_videos: Callable[[str], None] | None = None
         self._declined: str | None = None
         self._said = False
         self._pending: OrderedDict[int, _Pending] = OrderedDict()

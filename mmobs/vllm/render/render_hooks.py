@@ -25,6 +25,7 @@ from mmobs.vllm.render import render_mode
 from mmobs.vllm.render.keys_only import KeysOnlyProcessing
 from mmobs.vllm.render.render_metrics import RenderMetrics, render_metrics
 from mmobs.vllm.render.render_mode import Endpoint, Mode, Reason, RenderRequest
+from mmobs.vllm.render.size_rules import Verdict
 from mmobs.vllm.startup_log import say
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ class RenderPlan:
             processor = serving.online_renderer.renderer.get_mm_processor()
             verdict = self.processing.verdict(processor, {})
             self.model_declined = verdict.why_not
+            videos = self.processing.video_verdict(processor, {})
         except Exception as error:  # noqa: BLE001 - a processor that cannot be checked is not trusted
             self.model_declined = f"its processor could not be checked ({type(error).__name__}: {str(error)[:160]})"
         if self.model_declined is not None:
@@ -95,8 +97,16 @@ class RenderPlan:
             return
         say(logging.INFO,
             "mmobs: keys-only render for %s: images answer from their bytes and size (%s, checked on probe images; "
-            "%s); videos, audio and embeddings get vLLM's full render",
-            model_config.model, verdict.rule.name if verdict.rule else "", self.images)  # fmt: skip
+            "%s); %s; audio and embeddings get vLLM's full render",
+            model_config.model, verdict.rule.name if verdict.rule else "", self.images, _videos_line(videos, self.skipper is not None))  # fmt: skip
+
+
+def _videos_line(verdict: Verdict, remembered: bool) -> str:
+    """What the start-up line says of videos: the rule, and where their frames' count and size come from."""
+    if verdict.rule is None:
+        return f"videos get vLLM's full render ({verdict.why_not})"
+    where = "re-sent clips from the decoded index, first-seen MP4s from their header" if remembered else "decoded"
+    return f"videos from their bytes and frames' count and size ({verdict.rule.name}, checked on probe clips; {where})"
 
 
 def render_call(original: Callable[..., Any], endpoint: Endpoint, plan: RenderPlan) -> Callable[..., Any]:

@@ -29,7 +29,8 @@ ANSWERS: tuple[tuple[Mode, Reason], ...] = (
     ("full", "refused"),
 )
 
-#: Where a keys-only render's image got its size (``mmobs_vllm_render_images_total{source}``).
+#: Where a keys-only render's image got its size, or its clip its frames' shape (``..._images_total{source}``,
+#: ``..._videos_total{source}``).
 IMAGE_SOURCES = ("index", "header", "decode")
 
 RENDER_METRICS: tuple[MetricSpec, ...] = (
@@ -43,6 +44,12 @@ RENDER_METRICS: tuple[MetricSpec, ...] = (
         "images", Counter, "mmobs_vllm_render_images_total",
         "Images of keys-only renders, by where their size came from: index (bytes rendered before), header (a "
         "first-seen JPEG read from its header) or decode (vLLM's loader decoded it).",
+        ("source",),
+    ),
+    MetricSpec(
+        "videos", Counter, "mmobs_vllm_render_videos_total",
+        "Video clips of keys-only renders, by where their frame count and size came from: index (bytes rendered "
+        "before), header (a first-seen MP4 read from its header) or decode (vLLM's loader decoded it).",
         ("source",),
     ),
     MetricSpec(
@@ -66,6 +73,7 @@ class RenderMetrics:
 
     requests: Counter
     images: Counter
+    videos: Counter
     index_entries: Gauge
     index_bytes: Gauge
 
@@ -78,12 +86,16 @@ class RenderMetrics:
                 self.requests.labels(endpoint, mode, reason)
         for source in IMAGE_SOURCES:
             self.images.labels(source)
+            self.videos.labels(source)
 
     def answered(self, endpoint: Endpoint, mode: Mode, reason: Reason) -> None:
         self.requests.labels(endpoint, mode, reason).inc()
 
     def image(self, source: str) -> None:
         self.images.labels(source).inc()
+
+    def video(self, source: str) -> None:
+        self.videos.labels(source).inc()
 
     def index_size(self, entries: int, nbytes: int) -> None:
         self.index_entries.set(entries)

@@ -28,7 +28,7 @@ Reason = Literal[
     "text_only",  # nothing multimodal to skip
     "switch_off",  # MMOBS_VLLM_RENDER is not keys: vLLM's full render
     "model",  # the served model's placeholders need the processor's output
-    "modality",  # an item that is not an image (video, audio)
+    "modality",  # an item no rule covers (audio; a video the served model's video rule does not hold for)
     "embeddings",  # an image given as embeddings or processor inputs
     "uuid_only",  # an item sent by uuid alone: vLLM's path decides
     "processor_kwargs",  # the size rule does not hold under the request's processor kwargs

@@ -19,11 +19,13 @@ from mmobs.vllm.render.render_hooks import RenderPlan
 from mmobs.vllm.render.render_metrics import render_metrics
 from mmobs.vllm.render.render_mode import configured_mode
 from mmobs.vllm.render.size_rules import RuleChecks
+from mmobs.vllm.render.video_rules import video_candidates, video_rule_holds
 from mmobs.vllm.shape import Plan, ShapeMismatch, attribute, function, module
 from mmobs.vllm.startup_log import say, whole_number_env
 
 if TYPE_CHECKING:
     from mmobs.vllm.decode_free_hits.decode_skip import DecodeSkipper
+    from mmobs.vllm.planning import Planning
 
 #: Items whose size keys-only renders remember, for items sent by uuid alone (about 200 bytes each).
 INDEX_ENTRIES_ENV = "MMOBS_VLLM_RENDER_INDEX_ENTRIES"
@@ -36,8 +38,11 @@ PROCESSOR_METHODS = (
 )  # fmt: skip
 
 
-def render_plan(skipper: DecodeSkipper | None) -> Plan:
-    """The hooks; with the switch on, the decode-free ``skipper`` (if planned) also sizes first-seen JPEGs."""
+def render_plan(skipper: DecodeSkipper | None, planning: Planning | None = None) -> Plan:
+    """The hooks; with the switch on, the decode-free ``skipper`` (if planned) also sizes first-seen JPEGs.
+
+    The keys-only processing is handed on in ``planning`` (the video length gate sizes prompts with it).
+    """
     try:
         serving_module = importlib.import_module(VLLM.render_serving)
     except ImportError as error:  # a vLLM installed without its serving dependencies cannot serve a render either
@@ -61,12 +66,19 @@ def render_plan(skipper: DecodeSkipper | None) -> Plan:
     items_class = attribute(module(VLLM.mm_inputs), "MultiModalKwargsItems")
     keys_only_class = type("KeysOnlyKwargsItems", (items_class,), {"__doc__": "Kwargs made from sizes: no tensors."})
     metrics = render_metrics()
+    item_class = attribute(module(VLLM.mm_inputs), "MultiModalKwargsItem")
+    parse = module(VLLM.parse)
     processing = KeysOnlyProcessing(
-        RuleChecks(items_class, keys_only_class, attribute(module(VLLM.mm_inputs), "MultiModalKwargsItem")),
+        RuleChecks(items_class, keys_only_class, item_class),
         attribute(processor_module, "MultiModalProcessingResult"),
-        attribute(module(VLLM.parse), "ImageProcessorItems"),
+        attribute(parse, "ImageProcessorItems"),
         RenderedSizes(whole_number_env(INDEX_ENTRIES_ENV, DEFAULT_INDEX_ENTRIES), on_change=metrics.index_size),
-    )
+        RuleChecks(
+            items_class, keys_only_class, item_class,
+            candidates=video_candidates, holds=video_rule_holds, probes="probe clips",
+        ),
+        getattr(parse, "VideoProcessorItems", None),
+    )  # fmt: skip
     plan = RenderPlan(configured_mode(), processing, keys_only_class, error_class, metrics, skipper=skipper)
     if plan.mode == "keys":
         plan.images = _first_seen(skipper, plan)
@@ -78,6 +90,8 @@ def render_plan(skipper: DecodeSkipper | None) -> Plan:
     if plan.mode == "keys":
         hooks.append((serving_class, "_extract_mm_features", render_hooks.extract_mm_features(extract, plan), False))
         hooks.append((processor_class, "_cached_apply_hf_processor", processing.wrap(cached_apply), False))
+    if planning is not None:
+        planning.keys_only, planning.keys_only_wraps_processor = processing, plan.mode == "keys"
     return hooks
 
 
@@ -90,6 +104,7 @@ def _first_seen(skipper: DecodeSkipper | None, plan: RenderPlan) -> str:
     if skipper is None:
         return "every image decoded (decode-free hits are off, so nothing is remembered)"
     skipper.render_images = plan.metrics.image
+    skipper.render_videos = plan.metrics.video
     media_image = module(VLLM.media_image)
     header_images = HeaderImages(attribute(media_image, "open_image"))
     loader_class = attribute(media_image, "ImageMediaIO")

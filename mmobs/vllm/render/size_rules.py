@@ -90,7 +90,7 @@ def candidate_rules(processor: Any, items_class: Any, item_class: Any) -> list[S
     return rules
 
 
-def _updates_signature(updates: Mapping[str, Sequence[Sequence[Any]]]) -> list[Any]:
+def updates_signature(updates: Mapping[str, Sequence[Sequence[Any]]]) -> list[Any]:
     """What a prompt update does to the prompt, comparable: per item, its target, mode, tokens and embed mask."""
     signature = []
     for modality, per_item in sorted(updates.items()):
@@ -113,8 +113,8 @@ def rule_holds(rule: SizeRule, processor: Any, hf_kwargs: Mapping[str, object], 
     processed = processor._apply_hf_processor_main(mm_items=items, hf_kwargs=hf_kwargs)
     real = items_class.from_hf_inputs(processed, processor._get_mm_fields_config(processed, hf_kwargs))
     sized = rule.kwargs_items(processor, probes, hf_kwargs)
-    expected = _updates_signature(processor._get_mm_prompt_updates(items, hf_kwargs, real))
-    found = _updates_signature(processor._get_mm_prompt_updates(items, hf_kwargs, sized))
+    expected = updates_signature(processor._get_mm_prompt_updates(items, hf_kwargs, real))
+    found = updates_signature(processor._get_mm_prompt_updates(items, hf_kwargs, sized))
     return bool(expected) and expected == found
 
 
@@ -126,15 +126,38 @@ class Verdict:
     why_not: str | None = None
 
 
-class RuleChecks:
-    """The rule that holds for each (processor class, processor kwargs), checked once and remembered (bounded)."""
+class Candidates(Protocol):
+    def __call__(self, processor: Any, items_class: Any, item_class: Any) -> list[Any]: ...
 
-    def __init__(self, items_class: Any, keys_only_class: Any, item_class: Any, max_checked: int = MAX_CHECKED):
+
+class Holds(Protocol):
+    def __call__(self, rule: Any, processor: Any, hf_kwargs: Mapping[str, object], items_class: Any) -> bool: ...
+
+
+class RuleChecks:
+    """The rule that holds for each (processor class, processor kwargs), checked once and remembered (bounded).
+
+    For images by default; the video rules (:mod:`mmobs.vllm.render.video_rules`) give their own candidates
+    and probes.
+    """
+
+    def __init__(
+        self,
+        items_class: Any,
+        keys_only_class: Any,
+        item_class: Any,
+        max_checked: int = MAX_CHECKED,
+        *,
+        candidates: Candidates = candidate_rules,
+        holds: Holds = rule_holds,
+        probes: str = "probe images",
+    ):
         #: vLLM's ``MultiModalKwargsItems``; the subclass that marks kwargs made keys-only; one item's class.
         self.items_class = items_class
         self.keys_only_class = keys_only_class
         self.item_class = item_class
         self.max_checked = max_checked
+        self.candidates, self.holds, self.probes = candidates, holds, probes
         self._verdicts: OrderedDict[tuple[type, str], Verdict] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -153,11 +176,13 @@ class RuleChecks:
 
     def _check(self, processor: Any, hf_kwargs: Mapping[str, object]) -> Verdict:
         failures = []
-        for rule in candidate_rules(processor, self.keys_only_class, self.item_class):
+        for rule in self.candidates(processor, self.keys_only_class, self.item_class):
             try:
-                if rule_holds(rule, processor, hf_kwargs, self.items_class):
+                if self.holds(rule, processor, hf_kwargs, self.items_class):
                     return Verdict(rule)
-                failures.append(f"{rule.name}: other placeholders on probe images")
+                failures.append(f"{rule.name}: other placeholders on {self.probes}")
             except Exception as error:  # noqa: BLE001 - a rule that cannot even run does not hold
                 failures.append(f"{rule.name}: {type(error).__name__}: {str(error)[:120]}")
+        if not failures:
+            return Verdict(None, f"no rule is known for its processor ({type(processor).__name__})")
         return Verdict(None, "its placeholders need the processor's output (" + "; ".join(failures) + ")")

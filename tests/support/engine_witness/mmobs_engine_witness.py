@@ -9,7 +9,8 @@ The tests' oracle for what a running vLLM did, sharing no code with mmobs:
 * ``kind: "decode"``, with ``MMOBS_TEST_DECODE_WITNESS=1``, one line per image Pillow decodes in any of
   vLLM's processes (its pixels read from the file: ``ImageFile.load`` entered with none yet), with the
   process id, format and size; and ``kind: "video_open"``, one line per container OpenCV opens
-  (``cv2.VideoCapture`` made: vLLM's OpenCV decoder makes one per decode), with the process id.
+  (``cv2.VideoCapture`` made: vLLM's OpenCV decoder makes one per decode), with the process id, and
+  ``kind: "video_frames"`` once that capture is dropped, with the frames read from it (``grab()`` calls).
 
 A test server puts this folder on ``PYTHONPATH`` (vLLM finds the entry point in the ``.dist-info``
 beside this file) and names the file to append to in ``MMOBS_TEST_ENGINE_WITNESS``; unset, the
@@ -108,6 +109,35 @@ def _witness_decodes(write: Any) -> None:
 
     def opened(*args: Any, **kwargs: Any) -> Any:
         write([{"kind": "video_open", "pid": os.getpid()}])
-        return video_capture(*args, **kwargs)
+        return _CountedCapture(video_capture(*args, **kwargs), write)
 
     cv2.VideoCapture = opened
+
+
+class _CountedCapture:
+    """An OpenCV capture that, once dropped, writes how many frames were read from it (``kind: "video_frames"``).
+
+    Every frame read is one ``grab()`` (a frame decoded), whether or not it is kept (``retrieve()``).
+    """
+
+    def __init__(self, capture: Any, write: Any) -> None:
+        self._capture = capture
+        self._write = write
+        self._grabs = 0
+
+    def grab(self) -> Any:
+        self._grabs += 1
+        return self._capture.grab()
+
+    def read(self, *args: Any) -> Any:
+        self._grabs += 1
+        return self._capture.read(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._capture, name)
+
+    def __del__(self) -> None:
+        try:
+            self._write([{"kind": "video_frames", "pid": os.getpid(), "grabs": self._grabs}])
+        except Exception:  # at the interpreter's exit there may be nothing left to write with
+            pass
