@@ -37,7 +37,10 @@ from typing import Any, Literal, get_args
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
+from mmobs.observability.log_fields import safe_text
+from mmobs.observability.logs import mmobs_logger
 from mmobs.observability.metrics import MetricSpec, made_once
+from mmobs.vllm.cache_drift.cache_attempt import request_id_now
 from mmobs.vllm.render import header_clips
 from mmobs.vllm.startup_log import whole_number_env
 
@@ -105,21 +108,24 @@ def check(width: int, height: int, frame_idx: list[int], *, decode_budget: Any =
             "frames_read",
             f"too_costly: decoding this video would read {read} frames to keep {kept}, over the {max_read} "
             f"{MAX_FRAMES_READ_ENV} allows; send a shorter clip, or sample it at a lower fps",
-        )
+            frames_read=read, frames_kept=kept, width=width, height=height,
+        )  # fmt: skip
     max_decoded = _budget(MAX_DECODED_BYTES_ENV, DEFAULT_MAX_DECODED_BYTES)
     if max_decoded and decoded > max_decoded:
         _refuse(
             "decoded_bytes",
             f"too_costly: this video's {kept} kept frames of {width}x{height} would decode to {decoded} bytes, over "
             f"the {max_decoded} {MAX_DECODED_BYTES_ENV} allows; send a smaller or shorter clip",
-        )
+            frames_read=read, frames_kept=kept, width=width, height=height,
+        )  # fmt: skip
     limit = getattr(sys.modules.get("vllm.envs"), "VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES", 0)
     used = getattr(decode_budget, "used", None)
     if isinstance(limit, int) and limit > 0 and isinstance(used, int) and used + decoded > limit:
         _refuse(  # vLLM's own words, as it would refuse the decoded frames
             "vllm_decode_bytes",
             f"Request decoded media exceeds VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES={limit} ({used + decoded} bytes).",
-        )
+            frames_read=read, frames_kept=kept, width=width, height=height,
+        )  # fmt: skip
 
 
 def _budget(name: str, default: int) -> int:
@@ -132,19 +138,24 @@ def _parsed(name: str, raw: str, default: int) -> int:
     return whole_number_env(name, default)
 
 
-def _refuse(budget: Budget, message: str) -> None:
-    video_budget_metrics().refusals.labels(budget).inc()
+def _refuse(budget: Budget, message: str, **asked: int) -> None:
+    refused(budget, **asked)
     raise VideoTooCostly(budget, message)
 
 
+def refused(budget: Budget, **asked: int) -> None:
+    """Count a clip refused for ``budget``, and log it as ``mm_video_refused`` with what it asked for."""
+    video_budget_metrics().refusals.labels(budget).inc()
+    mmobs_logger().warning(
+        "mm_video_refused", request_id=safe_text(request_id_now() or "", 128), budget=budget, **asked
+    )
+
+
 def read_frames(original: Callable[..., Any], cv2: Any) -> Callable[..., Any]:
-    (
-        """``OpenCVVideoBackendMixin.read_frames(cls, cap, frame_idx, total_frames_num, ...)``, the budgets checked first.
+    """``OpenCVVideoBackendMixin.read_frames(cls, cap, frame_idx, ...)``, the budgets checked first.
 
     In a keys-only render, a clip its header answers for is not read (:mod:`mmobs.vllm.render.header_clips`).
     """
-        ""
-    )
 
     @functools.wraps(original)
     def bounded(cls: type, cap: Any, frame_idx: list[int], *args: Any, **kwargs: Any) -> Any:

@@ -84,7 +84,7 @@ class LengthGate:
                 return
         limit = _context(processor)
         if length is not None and length > limit:
-            video_budget.video_budget_metrics().refusals.labels("vllm_length").inc()
+            video_budget.refused("vllm_length", prompt_tokens=length, max_model_len=limit)
             self.get_max_tokens(limit, None, length, {})  # raises vLLM's ValueError, in its words
 
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -31,6 +33,7 @@ from tests.support.vllm_requests import client_for, comparable, drift_sampled, e
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series
 
 pytestmark = pytest.mark.vllm_server
+ROOT = Path(__file__).resolve().parents[2]
 
 SKIPPED = "mmobs_vllm_skipped_decodes_total"
 LATE = "mmobs_vllm_late_decodes_total"
@@ -285,6 +288,42 @@ def test_a_clip_too_long_for_the_context_is_refused_before_its_decode_in_vllms_w
     moved = delta(before, vllm_mmobs.samples())
     assert moved[series("mmobs_vllm_video_refusals_total", budget="vllm_length")] == 1
     assert series(LATE, modality="video") not in moved
+
+
+def test_refused_clips_fire_the_alert_on_a_real_prometheus_and_the_runbook_reads_them(
+    vllm_mmobs: VllmServer, tmp_path: Path
+) -> None:
+    """A clip too long for the context, refused while a real Prometheus scrapes: the alert's expression (as the
+    runbook gives it) turns true, the runbook's queries have data, and its commands find what they say."""
+    from tests.dashboards.test_prometheus import PrometheusProcess
+    from tests.docs.test_runbooks import _words as words
+    from tests.docs.test_runbooks import alert_expressions, promql_queries, run_commands
+    from tests.support import require_binary
+    from tests.support.markdown import fenced_blocks
+
+    require_binary("prometheus")
+    python = vllm_mmobs.venv / "bin" / "python"
+    clip = clip_bytes(Clip(1280, 720, frames=100, fps=4.0, seed=next(_seed), scene="still"), python)
+    url = f"data:video/mp4;base64,{base64.b64encode(clip).decode()}"
+    messages = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": url}}]}]
+    runbook = ROOT / "docs" / "runbooks" / "MmobsVllmMmVideoRefused.md"
+    alert, *investigation = [
+        q for b in fenced_blocks(runbook.read_text()) if b.language == "promql" for q in promql_queries(b.text)
+    ]
+    assert words(alert) == words(alert_expressions()["MmobsVllmMmVideoRefused"])
+    address = vllm_mmobs.url.removeprefix("http://")
+    prometheus = PrometheusProcess(tmp_path, address, None)
+    try:
+        prometheus.wait_until(lambda: prometheus.scalar('count_over_time(up{job="mmobs"}[1m])') >= 2, 60, "scraping")
+        assert answer(vllm_mmobs, messages)[0] == 400  # a refusal the scrapes see happen
+        prometheus.wait_until(lambda: bool(prometheus.query(alert)), 60, "the alert's expression to be true")
+        for query in investigation:
+            assert prometheus.query(query.replace("<job>", "mmobs")), query
+    finally:
+        prometheus.stop()
+    (tmp_path / "server.log").write_text(vllm_mmobs.logs())
+    env = {**os.environ, "PATH": f"{Path(vllm_mmobs.command[0]).parent}{os.pathsep}{os.environ['PATH']}"}
+    assert run_commands(runbook, tmp_path, env, {"<job>": "mmobs", "HOST:8000": address}, "vLLM") == 3
 
 
 def test_a_stand_in_the_processor_reads_after_all_is_decoded_late_and_answered_alike(

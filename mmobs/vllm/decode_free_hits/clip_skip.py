@@ -93,7 +93,7 @@ class UndecodedFrames(np.ndarray):
 
     decode: Callable[[], tuple[Any, dict[str, Any]]] | None = None
     record: ClipRecord | None = None
-    #: Made for a keys-only render, not for a processor-cache hit: decoded before any processing reads it.
+    #: Not made for a processor-cache hit (a keys-only render's, a deferred decode's): decoded before processing.
     unheld: bool = False
 
     def __array_finalize__(self, obj: Any) -> None:
@@ -102,10 +102,9 @@ class UndecodedFrames(np.ndarray):
         self.unheld = getattr(obj, "unheld", False)
 
 
-def undecoded(record: ClipRecord, decode: Callable[[], tuple[Any, dict[str, Any]]]) -> UndecodedFrames:
+def undecoded(record: ClipRecord, decode: Callable[[], tuple[Any, dict[str, Any]]], *, unheld: bool) -> UndecodedFrames:
     frames = undecoded_shape(record.shape, decode, record.dtype)
-    frames.record = record
-    frames.unheld = False
+    frames.record, frames.unheld = record, unheld
     return frames
 
 
@@ -181,21 +180,20 @@ class ClipSkipper:
             self._rendered("index" if keys_only else None)
             return self._stand_in(original, loader, data, record, unheld=keys_only)
         started = thread_time()
-        if keys_only and header_clips.answerable(data):
+        # A first-seen MP4 answered from its header: always in a keys-only render; in a chat only where it alone is
+        # too long for the context (its decode deferred to the processor, which refuses the prompt first).
+        wanted = None if keys_only else self.over_context
+        if header_clips.answerable(data) and (keys_only or wanted is not None):
             late = functools.partial(self._late_decode, original, loader, data)
-            with header_clips.from_header(len(data), functools.partial(undecoded_shape, decode=late)) as header:
+            with header_clips.from_header(len(data), functools.partial(undecoded_shape, decode=late), wanted) as header:
                 result = original(loader, data)
-            if header.answered:
+            answered = header.answered
+        else:
+            result, answered = original(loader, data), False
+        if keys_only:
+            if answered:
                 self.metrics.skipped(0.0, "video")
-            self._rendered("header" if header.answered else "decode")
-        elif keys_only or self.over_context is None or not header_clips.answerable(data):
-            result = original(loader, data)
-            self._rendered("decode" if keys_only else None)
-        else:  # a chat's first-seen MP4: its decode is deferred where it alone is too long for the context
-            late = functools.partial(self._late_decode, original, loader, data)
-            shape = functools.partial(undecoded_shape, decode=late)
-            with header_clips.from_header(len(data), shape, wanted=self.over_context):
-                result = original(loader, data)
+            self._rendered("header" if answered else "decode")
         self._remember(result, key, data, thread_time() - started)
         return result
 
@@ -220,7 +218,7 @@ class ClipSkipper:
             return
         frames, metadata = media
         if isinstance(frames, UndecodedFrames) and frames.record is None and isinstance(metadata, dict):
-            # Answered from the header (a keys-only render): remembered now, keyed in place by vLLM's hasher.
+            # Answered from the header (header_clips): remembered now, keyed in place by vLLM's hasher.
             frames.record = ClipRecord(tuple(frames.shape), frames.dtype, copy.deepcopy(metadata), 0.0)
             self.index.put(key, frames.record)
             return
@@ -250,8 +248,7 @@ class ClipSkipper:
         budget = getattr(getattr(loader, "image_io", None), "decoded_budget", None)
         if budget is not None:  # vLLM 0.33: the request's decoded-bytes budget, charged as vLLM charges it
             budget.charge(int(np.prod(record.shape)) * record.dtype.itemsize)
-        frames = undecoded(record, functools.partial(self._late_decode, original, loader, data))
-        frames.unheld = unheld
+        frames = undecoded(record, functools.partial(self._late_decode, original, loader, data), unheld=unheld)
         self.metrics.skipped(record.decode_seconds, "video")
         return self.media_with_bytes((frames, copy.deepcopy(record.metadata)), data)
 
