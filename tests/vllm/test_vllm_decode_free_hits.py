@@ -21,23 +21,29 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 from PIL import Image
 
-from tests.support import golden
 from tests.support.images import encode, noisy_image, png_header_only
 from tests.support.videos import Clip, clip_bytes
 from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
-from tests.support.vllm_requests import client_for, comparable, drift_sampled, expected_for
+from tests.support.vllm_requests import comparable, drift_sampled, expected_for
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series
+from tests.vllm.decode_free_requests import (
+    answer,
+    api_server_decodes,
+    chat_images,
+    content,
+    run_chat,
+    seeds,
+    vllm_cache,
+)
 
 pytestmark = pytest.mark.vllm_server
 ROOT = Path(__file__).resolve().parents[2]
 
 SKIPPED = "mmobs_vllm_skipped_decodes_total"
 LATE = "mmobs_vllm_late_decodes_total"
-_seed = iter(range(50_000, 1_000_000))
 
 
 def _serve(context: ServerContext, directory: str, args: tuple[str, ...], env: dict[str, str], name: str) -> VllmServer:
@@ -58,85 +64,6 @@ def vllm_mmobs(context: ServerContext) -> VllmServer:
 def vllm_alone(context: ServerContext) -> VllmServer:
     """``vllm serve`` with the same flags and no mmobs: no preset, the plugin switched off."""
     return _serve(context, "vllm-alone", (), {"MMOBS_VLLM_PLUGIN": "0"}, "vllm serve (plugin off)")
-
-
-def _rotated_jpeg(seed: int) -> bytes:
-    exif = Image.Exif()
-    exif[0x0112] = 6  # rotated: the loader's transpose swaps the size
-    return encode(noisy_image("RGB", (96, 64), seed=seed), "JPEG", exif=exif)
-
-
-def chat_images() -> list[tuple[str, bytes]]:
-    """One conversation's images, new bytes every call (so neither server has seen them), and the malformed-EXIF one."""
-    seed = next(_seed)
-    return [
-        ("image/jpeg", encode(noisy_image("RGB", (128, 96), seed=seed), "JPEG", quality=90)),
-        ("image/png", encode(noisy_image("RGBA", (80, 64), seed=seed + 1), "PNG")),
-        ("image/png", encode(noisy_image("L", (72, 72), seed=seed + 2), "PNG")),
-        ("image/jpeg", _rotated_jpeg(seed + 3)),
-        ("image/gif", encode(noisy_image("P", (64, 48), seed=seed + 4), "GIF")),
-        ("image/webp", encode(noisy_image("RGB", (64, 64), seed=seed + 5), "WEBP", lossless=True)),
-        ("image/jpeg", _recommented_bad_exif_jpeg(seed + 6)),
-    ]
-
-
-def _recommented_bad_exif_jpeg(seed: int) -> bytes:
-    """The malformed-EXIF JPEG with one comment byte of its own (new bytes, the same broken EXIF block)."""
-    data = golden.input_bytes("bad-exif-header.jpg")
-    comment = b"\xff\xfe\x00\x06" + seed.to_bytes(4, "big")
-    return data[:2] + comment + data[2:]
-
-
-def content(images: list[tuple[str, bytes]], text: str) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = [
-        {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{base64.b64encode(data).decode()}"}}
-        for media_type, data in images
-    ]
-    parts.append({"type": "text", "text": text})
-    return parts
-
-
-def answer(server: VllmServer, messages: list[dict[str, Any]], **extra: Any) -> tuple[int, Any]:
-    """(status, (prompt tokens, prompt token ids, completion text)) or (status, the error message)."""
-    try:
-        completion = client_for(server).chat.completions.create(
-            model=server.model,
-            max_tokens=4,
-            temperature=0,
-            messages=messages,
-            extra_body={"return_token_ids": True, **extra},
-        )
-    except openai.APIStatusError as error:
-        return error.status_code, error.response.json()["error"]["message"]
-    extra = completion.model_extra or {}
-    return 200, (completion.usage.prompt_tokens, extra.get("prompt_token_ids"), completion.choices[0].message.content)
-
-
-def api_server_decodes(server: VllmServer, since: int) -> Counter[tuple[str, tuple[int, int]]]:
-    """The images Pillow decoded in the server's API server after the first ``since`` decodes, by format and size."""
-    api_servers = set(server.api_server_pids())
-    return Counter(
-        (decode["format"], (decode["size"][0], decode["size"][1]))
-        for decode in server.decodes()[since:]
-        if decode["pid"] in api_servers
-    )
-
-
-def vllm_cache(server: VllmServer) -> dict[Any, float]:
-    return {key: value for key, value in server.samples("vllm:mm_cache").items() if "_created" not in key[0]}
-
-
-def run_chat(server: VllmServer, images: list[tuple[str, bytes]]) -> list[tuple[int, Any]]:
-    """Each turn adds the next image and re-sends the earlier ones (with the assistant's earlier answers)."""
-    answers = []
-    messages: list[dict[str, Any]] = []
-    for turn in range(1, len(images) + 1):
-        # Every turn re-sends every image so far, in the first user message, as a client that keeps the album does.
-        album = {"role": "user", "content": content(images[:turn], f"Turn {turn}: what changed?")}
-        status, result = answer(server, [*messages, album])
-        answers.append((status, result))
-        assert status == 200, (turn, result)
-    return answers
 
 
 def test_a_chat_that_resends_its_images_is_answered_as_vllm_alone_answers_it(
@@ -205,7 +132,7 @@ def test_a_chat_that_resends_its_clip_is_answered_as_vllm_alone_answers_it(
     vllm_mmobs: VllmServer, vllm_alone: VllmServer
 ) -> None:
     """Every turn re-sends the clip: the same answers; with mmobs only the first turn opens the container."""
-    clip = clip_bytes(Clip(frames=8, fps=4.0, seed=next(_seed)), python=vllm_mmobs.venv / "bin" / "python")
+    clip = clip_bytes(Clip(frames=8, fps=4.0, seed=next(seeds)), python=vllm_mmobs.venv / "bin" / "python")
     url = f"data:video/mp4;base64,{base64.b64encode(clip).decode()}"
     turns = 3
     opened_before = {server.name: len(server.witnessed("video_open")) for server in (vllm_mmobs, vllm_alone)}
@@ -252,11 +179,11 @@ def test_a_clip_over_the_frames_budget_is_refused_before_its_decode_and_broken_o
         url = f"data:video/mp4;base64,{base64.b64encode(data).decode()}"
         return answer(server, [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": url}}]}])
 
-    clip = clip_bytes(Clip(frames=8, fps=4.0, seed=next(_seed)), python)
+    clip = clip_bytes(Clip(frames=8, fps=4.0, seed=next(seeds)), python)
     for broken in (clip[: len(clip) // 2], b"\x00" * 1024):
         status, message = ask(vllm_mmobs, broken)
         assert (status, message) == ask(vllm_alone, broken) and status == 400, message
-    long_still = clip_bytes(Clip(frames=19_000, fps=30.0, seed=next(_seed), scene="still"), python)
+    long_still = clip_bytes(Clip(frames=19_000, fps=30.0, seed=next(seeds), scene="still"), python)
     before = vllm_mmobs.samples()
     alone = ask(vllm_alone, long_still)
     status, message = ask(vllm_mmobs, long_still)
@@ -276,7 +203,7 @@ def test_a_clip_too_long_for_the_context_is_refused_before_its_decode_in_vllms_w
     frames (what OpenCV read, from the tests' witness). Where request processor kwargs make such a clip fit after
     all: tests/vllm/test_vllm_render_keys_only.py (these servers refuse request kwargs)."""
     python = vllm_mmobs.venv / "bin" / "python"
-    clip = clip_bytes(Clip(1280, 720, frames=100, fps=4.0, seed=next(_seed), scene="still"), python)
+    clip = clip_bytes(Clip(1280, 720, frames=100, fps=4.0, seed=next(seeds), scene="still"), python)
     url = f"data:video/mp4;base64,{base64.b64encode(clip).decode()}"
     messages = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": url}}]}]
     refused = answer(vllm_alone, messages)
@@ -303,7 +230,7 @@ def test_refused_clips_fire_the_alert_on_a_real_prometheus_and_the_runbook_reads
 
     require_binary("prometheus")
     python = vllm_mmobs.venv / "bin" / "python"
-    clip = clip_bytes(Clip(1280, 720, frames=100, fps=4.0, seed=next(_seed), scene="still"), python)
+    clip = clip_bytes(Clip(1280, 720, frames=100, fps=4.0, seed=next(seeds), scene="still"), python)
     url = f"data:video/mp4;base64,{base64.b64encode(clip).decode()}"
     messages = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": url}}]}]
     runbook = ROOT / "docs" / "runbooks" / "MmobsVllmMmVideoRefused.md"
@@ -338,7 +265,7 @@ def test_a_stand_in_the_processor_reads_after_all_is_decoded_late_and_answered_a
     image = chat_images()[0]
     plain = [{"role": "user", "content": content([image], "Describe.")}]
     by_uuid = [{"role": "user", "content": content([image], "Describe.")}]
-    by_uuid[0]["content"][0]["uuid"] = f"mmobs-late-decode-{next(_seed)}"
+    by_uuid[0]["content"][0]["uuid"] = f"mmobs-late-decode-{next(seeds)}"
     results = []
     for server in (vllm_mmobs, vllm_alone):
         before = server.samples("mmobs_vllm_")
@@ -365,9 +292,9 @@ def test_a_bad_image_after_a_cached_one_is_refused_as_vllm_alone_refuses_it(
 ) -> None:
     media_type, spoil = BAD_URLS[name]
     good = (
-        encode(noisy_image("RGB", (96, 80), seed=next(_seed)), "JPEG")
+        encode(noisy_image("RGB", (96, 80), seed=next(seeds)), "JPEG")
         if media_type == "image/jpeg"
-        else encode(noisy_image("RGB", (64, 48), seed=next(_seed)), "PNG")
+        else encode(noisy_image("RGB", (64, 48), seed=next(seeds)), "PNG")
     )
     results = []
     for server in (vllm_mmobs, vllm_alone):
@@ -384,7 +311,7 @@ def test_a_bad_image_after_a_cached_one_is_refused_as_vllm_alone_refuses_it(
 def test_bad_base64_after_a_cached_image_is_refused_as_vllm_alone_refuses_it(
     vllm_mmobs: VllmServer, vllm_alone: VllmServer
 ) -> None:
-    good = encode(noisy_image("RGB", (64, 64), seed=next(_seed)), "PNG")
+    good = encode(noisy_image("RGB", (64, 64), seed=next(seeds)), "PNG")
     url = "data:image/png;base64," + base64.b64encode(good).decode()
     broken = url[:-8] + "*" + url[-7:]
     results = []
