@@ -146,6 +146,7 @@ class VllmModules:
     image: str = "vllm.multimodal.image"
     media_image: str = "vllm.multimodal.media.image"
     media_video: str = "vllm.multimodal.media.video"
+    media_audio: str = "vllm.multimodal.media.audio"
     video_opencv: str = "vllm.multimodal.video_decoders.opencv"
     connector: str = "vllm.multimodal.media.connector"
     connections: str = "vllm.connections"

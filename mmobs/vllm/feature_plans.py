@@ -23,6 +23,7 @@ from mmobs.vllm import loader_hooks, video_budget
 from mmobs.vllm.context_hooks import context_make_async, context_submit, not_traffic
 from mmobs.vllm.decode_free_hits import clip_skip
 from mmobs.vllm.decode_free_hits.decode_skip import DecodeSkipper
+from mmobs.vllm.front_end import stages as front_end_stages
 from mmobs.vllm.front_ends import running_front_end
 from mmobs.vllm.keys import key_hooks
 from mmobs.vllm.planning import Hook, Planning
@@ -187,7 +188,8 @@ def video_plan(planning: Planning) -> list[Hook]:
     mixin = attribute(opencv, "OpenCVVideoBackendMixin")
     read_frames = video_budget.read_frames(_classmethod(mixin, "read_frames"), attribute(opencv, "cv2"))
     video_budget.video_budget_metrics()  # its series at zero, before the first refusal
-    hooks = [Hook(mixin, "read_frames", classmethod(read_frames))]
+    load_base64 = front_end_stages.timed_base64(function(loader_class, "load_base64", parameters=3), "video")
+    hooks = [Hook(mixin, "read_frames", classmethod(read_frames)), Hook(loader_class, "load_base64", load_base64)]
     skipper = None
     if planning.skipper is not None:
         processor_class = attribute(module(VLLM.processor), "BaseMultiModalProcessor")

@@ -137,6 +137,7 @@ def load_video_bytes(
         if not front_end.watched():  # not traffic: nothing to time, nothing to remember
             return original(self, data)
         started = perf_counter()
+        front_end.loader_entered(started, data)  # a data URL's base64 stage ends here
         result = None
         with tracing.span("mmobs.video.load") as live:
             if live is not None:

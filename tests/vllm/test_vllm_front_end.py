@@ -27,6 +27,7 @@ from mmobs.vllm.front_end.front_end_metrics import FrontEndMetrics, item_count_l
 from tests.support import require_vllm, vllm_plugin_registered
 from tests.support.images import jpeg_bytes, png_bytes
 from tests.support.media_server import serving
+from tests.support.videos import Clip, clip_bytes
 
 Counts = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -87,6 +88,7 @@ def key(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
 DECODE = "mmobs_vllm_mm_decode_seconds_count"
 BASE64 = "mmobs_vllm_mm_base64_decode_seconds_count"
 DOWNLOAD = "mmobs_vllm_mm_media_download_seconds_count"
+VIDEO_FRAMES = "mmobs_vllm_mm_video_frames_count"
 DOWNLOAD_BYTES = "mmobs_vllm_mm_media_download_bytes_count"
 DOWNLOAD_BYTES_SUM = "mmobs_vllm_mm_media_download_bytes_sum"
 
@@ -137,6 +139,40 @@ def test_a_payload_that_is_not_base64_is_a_refused_base64_and_no_decode(
     with pytest.raises(ValueError):
         fetch(vllm, "data:image/jpeg;base64,not*base64!")
     assert counts(metrics) == {key(BASE64, modality="image", outcome="refused"): 1}
+
+
+def test_a_video_data_url_is_one_base64_and_one_decode_by_its_modality(
+    vllm: types.SimpleNamespace, metrics: FrontEndMetrics
+) -> None:
+    pytest.importorskip("cv2", reason="vLLM's video loader needs OpenCV (.ci/install-vllm installs it)")
+    from vllm.multimodal.media.video import VideoMediaIO
+
+    clip = fetch(
+        vllm, data_url(clip_bytes(Clip(frames=6, seed=30)), "video/mp4"), media_io=VideoMediaIO(vllm.image_io())
+    )
+    frames, _ = clip.media
+    assert frames.shape[0] == 6
+    assert counts(metrics) == {
+        key(BASE64, modality="video", outcome="ok"): 1,
+        key(DECODE, modality="video", format="mp4", outcome="decoded"): 1,
+        key(VIDEO_FRAMES, count="read"): 1,
+        key(VIDEO_FRAMES, count="kept"): 1,
+    }
+
+
+def test_an_audio_data_urls_base64_is_timed_up_to_its_loader(
+    vllm: types.SimpleNamespace, metrics: FrontEndMetrics
+) -> None:
+    """Audio's decode is not timed; its base64 is: ok where the loader got the bytes, refused where it did not."""
+    with pytest.raises(Exception):  # noqa: B017 - not audio: vLLM's audio loader refuses it its own way
+        fetch(vllm, data_url(b"not audio at all", "audio/wav"), media_io=vllm.audio_io())
+    assert counts(metrics) == {key(BASE64, modality="audio", outcome="ok"): 1}
+    with pytest.raises(ValueError):
+        fetch(vllm, "data:audio/wav;base64,not*base64!", media_io=vllm.audio_io())
+    assert counts(metrics) == {
+        key(BASE64, modality="audio", outcome="ok"): 1,
+        key(BASE64, modality="audio", outcome="refused"): 1,
+    }
 
 
 def test_bytes_the_loader_refuses_are_a_refused_decode_by_their_format(

@@ -1,7 +1,7 @@
 """The plan of the front end's stage timers (:mod:`mmobs.vllm.front_end.stages`), made apart from the plugin's.
 
 The loader's own stages (base64, decode) are timed by the loader hooks; this
-plans the rest: the downloads, the HF processor (hooked on each processor as
+plans the rest: the downloads, an audio data URL's base64, the HF processor (hooked on each processor as
 it is built, so a model's own ``_apply_hf_processor_main`` is the one timed)
 and the hand-off to the engine. A vLLM shaped otherwise gets one warning and
 keeps the rest of the plugin; the hand-off declines on its own where vLLM's
@@ -21,6 +21,7 @@ from mmobs.vllm.startup_log import say
 
 _CONNECTOR = VLLM_MODULES.connector
 _MEDIA_IMAGE = VLLM_MODULES.media_image
+_MEDIA_AUDIO = VLLM_MODULES.media_audio
 _CONNECTIONS = VLLM_MODULES.connections
 _PROCESSOR = VLLM_MODULES.processor
 _INPUT_PROCESSOR = VLLM_MODULES.input_processor
@@ -49,6 +50,7 @@ def front_end_plan() -> Plan:
     except Exception as error:  # noqa: BLE001 - ShapeMismatch, or anything a foreign vLLM raises on import
         _declined("multimodal front end", "its stages are not timed", error)
         return []
+    plan.extend(_audio_base64())
     try:  # the engine's side: needs vLLM's engine dependencies (msgspec), which a bare vLLM may lack
         input_processor_class = attribute(module(_INPUT_PROCESSOR), "InputProcessor")
         handoff = front_end.process_inputs(function(input_processor_class, "process_inputs"))
@@ -60,6 +62,21 @@ def front_end_plan() -> Plan:
         *plan,
         (input_processor_class, "process_inputs", handoff, False),
         (input_processor_class, "__init__", made, False),
+    ]
+
+
+def _audio_base64() -> Plan:
+    """An audio data URL's base64 stage: from ``AudioMediaIO.load_base64`` to its ``load_bytes`` (untimed itself)."""
+    try:
+        audio_class = attribute(module(_MEDIA_AUDIO), "AudioMediaIO")
+        load_base64 = function(audio_class, "load_base64", parameters=3)
+        load_bytes = function(audio_class, "load_bytes", parameters=2)
+    except Exception as error:  # noqa: BLE001 - as above
+        _declined("audio loader", "audio data URLs' base64 is not timed", error)
+        return []
+    return [
+        (audio_class, "load_base64", front_end.timed_base64(load_base64, "audio"), False),
+        (audio_class, "load_bytes", front_end.entering_loader(load_bytes), False),
     ]
 
 

@@ -15,8 +15,10 @@ vLLM attribute                                 stage
 ``HTTPConnection.get_bytes`` (and              the download of an http(s) URL
 ``async_get_bytes``)
 ``MediaConnector._load_file_url``              reading a file URL (up to the loader)
-``MediaConnector._load_data_url``              the data URL's base64 (up to the
+``MediaConnector._load_data_url``              an image data URL's base64 (up to the
 (:mod:`mmobs.vllm.loader_hooks`)               loader; refused ones at their refusal)
+``VideoMediaIO.load_base64``,                  a video or audio data URL's base64 (up
+``AudioMediaIO.load_base64``                   to ``load_bytes``)
 ``ImageMediaIO.load_bytes``                    the image decode, by format and outcome
 (:mod:`mmobs.vllm.loader_hooks`)
 ``VideoMediaIO.load_bytes``                    the video decode, by container and outcome,
@@ -27,7 +29,7 @@ vLLM attribute                                 stage
                                                time to the hand-off to the engine
 =============================================  =====================================
 
-A file or data URL's stage ends where vLLM hands its bytes to the image loader,
+A file or data URL's stage ends where vLLM hands its bytes to the loader,
 in the same thread: the stage is opened in a thread-local and closed by
 :func:`loader_entered`. Nothing is timed while nobody observes (vLLM's dummy
 inputs at start-up, mmobs's own content keys): those are not traffic.
@@ -55,9 +57,11 @@ _fetching: contextvars.ContextVar[str | None] = contextvars.ContextVar("mmobs_me
 
 
 class _Pending(threading.local):
-    """The data or file URL stage this thread opened, until the image loader takes its bytes."""
+    """The data or file URL stage this thread opened, until the loader takes its bytes."""
 
     stage: str | None = None
+    #: The modality of the item being read (a data URL's base64 may be an image's, a video's or an audio clip's).
+    modality: str = "image"
     started: float = 0.0
     #: The wall clock when it opened, for its span (0: the request is not traced).
     started_ns: int = 0
@@ -186,29 +190,29 @@ def file_url(original: Callable[..., Any], loader_class: type) -> Callable[..., 
     return _load_file_url
 
 
-def open_data_url() -> None:
-    """An image's data URL is being read: its base64 stage starts (``_load_data_url``)."""
+def open_data_url(modality: str = "image") -> None:
+    """A data URL of ``modality`` is being read: its base64 stage starts (``_load_data_url``, ``load_base64``)."""
     if watched():
-        _open("base64")
+        _open("base64", modality)
 
 
 def close_data_url() -> None:
     """The data URL reader returned or raised: a stage the loader did not close was refused."""
     if _pending.stage == "base64":
         _pending.stage = None
-        front_end_metrics().observe_base64("image", "refused", perf_counter() - _pending.started)
+        front_end_metrics().observe_base64(_pending.modality, "refused", perf_counter() - _pending.started)
         _close_span("base64", "refused")
 
 
-def _open(stage: str) -> None:
-    _pending.stage, _pending.started = stage, perf_counter()
+def _open(stage: str, modality: str = "image") -> None:
+    _pending.stage, _pending.modality, _pending.started = stage, modality, perf_counter()
     _pending.started_ns = tracing.now_ns() if tracing.recording() else 0
 
 
 #: The span of each stage that opens in one function and closes in another.
 _STAGE_SPANS: dict[str, tuple[str, dict[str, tracing.AttributeValue]]] = {
-    "base64": ("mmobs.media.base64", {"mmobs.modality": "image"}),
-    "file": ("mmobs.media.download", {"mmobs.modality": "image", "url.scheme": "file"}),
+    "base64": ("mmobs.media.base64", {}),
+    "file": ("mmobs.media.download", {"url.scheme": "file"}),
 }
 
 
@@ -217,7 +221,7 @@ def _close_span(stage: str, outcome: str, nbytes: int | None = None) -> None:
     if not _pending.started_ns:
         return
     name, attributes = _STAGE_SPANS[stage]
-    attributes = {**attributes, "mmobs.outcome": outcome}  # a copy: the table's stays as it is
+    attributes = {**attributes, "mmobs.modality": _pending.modality, "mmobs.outcome": outcome}  # a copy
     if nbytes is not None:
         attributes["mmobs.media.bytes"] = nbytes
     tracing.record_span(
@@ -226,14 +230,14 @@ def _close_span(stage: str, outcome: str, nbytes: int | None = None) -> None:
 
 
 def loader_entered(now: float, data: bytes) -> None:
-    """The image loader has the bytes: the data or file URL stage that led here ends now."""
+    """A loader has the bytes: the data or file URL stage that led here ends now."""
     stage = _pending.stage
     if stage is None:
         return
     _pending.stage = None
     seconds = now - _pending.started
     if stage == "base64":
-        front_end_metrics().observe_base64("image", "ok", seconds)
+        front_end_metrics().observe_base64(_pending.modality, "ok", seconds)
     else:
         front_end_metrics().observe_download("image", "file", "ok", seconds, len(data))
     _close_span(stage, "ok", len(data))
@@ -355,3 +359,34 @@ def _model_name(input_processor: Any) -> str:
     if isinstance(name, (list, tuple)):
         name = name[0] if name else None
     return str(name) if name else "unknown"
+
+
+def timed_base64(original: Callable[..., Any], modality: str) -> Callable[..., Any]:
+    """A video or audio loader's ``load_base64(self, media_type, data)``: its base64 stage, up to ``load_bytes``.
+
+    The stage opens here and ends where the loader's ``load_bytes`` hook takes the bytes (:func:`loader_entered`);
+    a ``video/jpeg`` frame list, which never reaches it (its frames are images), is not timed here.
+    """
+
+    @functools.wraps(original)
+    def load_base64(self: Any, media_type: str, data: str) -> Any:
+        if str(media_type).lower() == "video/jpeg":
+            return original(self, media_type, data)
+        open_data_url(modality)
+        try:
+            return original(self, media_type, data)
+        finally:
+            close_data_url()
+
+    return load_base64
+
+
+def entering_loader(original: Callable[[Any, bytes], Any]) -> Callable[[Any, bytes], Any]:
+    """A loader's ``load_bytes`` that is not timed itself (audio's): it ends the base64 stage that led to it."""
+
+    @functools.wraps(original)
+    def load_bytes(self: Any, data: bytes) -> Any:
+        loader_entered(perf_counter(), data)
+        return original(self, data)
+
+    return load_bytes
