@@ -34,11 +34,14 @@ def _front_end_state(hooks: Sequence[Hook]) -> str:
 
 
 def _video_state(hooks: Sequence[Hook]) -> str:
-    """Bounded and timed, with decode-free hits or without (the images' are off), or off."""
+    """Bounded and timed, with decode-free hits and the context check (a clip too long for it refused before its
+    decode) or without them (the images' decode-free hits are off), or off."""
     if not hooks:
         return "off"
-    skips = any(hook.name == "_get_cache_missing_items" for hook in hooks)
-    return "bounded, timed, decode-free hits" if skips else "bounded, timed"
+    if not any(hook.name == "_get_cache_missing_items" for hook in hooks):
+        return "bounded, timed"
+    context = any(getattr(hook.owner, "__name__", "") == "BaseRenderer" for hook in hooks)
+    return "bounded, timed, decode-free hits, context-checked" if context else "bounded, timed, decode-free hits"
 
 
 def _render_state(hooks: Sequence[Hook]) -> str:

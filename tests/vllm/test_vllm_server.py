@@ -90,7 +90,7 @@ def test_the_plugin_loads_in_every_vllm_process(vllm_server: VllmServer) -> None
     assert int(api["pid"]) == vllm_server.process.pid and api["level"] == "INFO"
     assert re.search(r"; \d+ attributes wrapped \(.*ImageMediaIO\.load_bytes.*\); guard on, fast keys off, "
                      r"decode-free hits on, cache drift healed, uuid conflicts refused, front-end stages timed, render full, "
-                     r"video bounded, timed, decode-free hits; "
+                     r"video bounded, timed, decode-free hits, context-checked; "
                      r"port \d+ serves the engine core's series with a token, and /debug/mm-items$", api["message"]), api["message"]  # fmt: skip
     engines = [
         m for m in map(VLLM_LINE.match, vllm_server.log_lines()) if m and "mmobs (engine process)" in m["message"]
