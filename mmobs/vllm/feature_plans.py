@@ -218,7 +218,8 @@ def _length_gate(planning: Planning, skipper: clip_skip.ClipSkipper) -> list[Hoo
     processor_class = attribute(module(VLLM.processor), "BaseMultiModalProcessor")
     function(processor_class, "_apply_prompt_updates", parameters=3)
     gate = LengthGate(processing, get_max_tokens)
-    processing.length_gate, skipper.over_context = gate, gate.over_context
+    processing.length_check = gate.check
+    skipper.over_context, skipper.sized_by_rule = gate.over_context, gate.sized_by_rule
     hooks = [Hook(renderer_class, "__init__", renderer_init(vars(renderer_class)["__init__"], gate))]
     if not planning.keys_only_wraps_processor:
         cached_apply = function(processor_class, "_cached_apply_hf_processor", parameters=3)

@@ -154,7 +154,8 @@ def refused(budget: Budget, **asked: int) -> None:
 def read_frames(original: Callable[..., Any], cv2: Any) -> Callable[..., Any]:
     """``OpenCVVideoBackendMixin.read_frames(cls, cap, frame_idx, ...)``, the budgets checked first.
 
-    In a keys-only render, a clip its header answers for is not read (:mod:`mmobs.vllm.render.header_clips`).
+    A clip its header answers for (in a keys-only render, or a chat's clip too long for the context) is not read:
+    :mod:`mmobs.vllm.render.header_clips`.
     """
 
     @functools.wraps(original)

@@ -25,6 +25,11 @@ Two steps, both inside vLLM's own code paths:
    request's processor kwargs shrink the clip, a rule does not hold under
    them) the deferred clips are decoded and vLLM processes the prompt as
    always.
+
+Only the chat and completions routes are checked, the two whose refusal is
+``get_max_tokens``'s (``/v1/responses`` words its own), and only where the
+preset's middleware names the route: elsewhere every clip is decoded first,
+as vLLM alone decodes it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mmobs.events import observing
+from mmobs.observability.context import current_request
 from mmobs.vllm import video_budget
 from mmobs.vllm.decode_free_hits.clip_skip import UndecodedFrames, frames_of
 from mmobs.vllm.render import render_mode
@@ -54,25 +60,39 @@ class LengthGate:
         self.processor: Any = None
 
     def renderer_built(self, renderer: Any) -> None:
+        """vLLM's renderer has made the served model's processor: its video rule is checked now, at start-up."""
         processor = getattr(renderer, "mm_processor", None)
-        if processor is not None:
-            self.processor = processor
+        if processor is None:
+            return
+        self.processor = processor
+        try:
+            self._rule()
+        except Exception:  # noqa: BLE001 - a processor that cannot even be asked: nothing is sized from a header
+            self.processor = None
+
+    def _rule(self) -> Any:
+        with observing(None):
+            return self.processing.video_verdict(self.processor, {}).rule
+
+    def sized_by_rule(self, clip: ClipSize) -> bool:
+        """Whether a keys-only render can size clips at all: the served model's video rule holds."""
+        return self.processor is not None and self._rule() is not None
 
     def over_context(self, clip: ClipSize) -> bool:
-        """Whether this clip's placeholder alone is longer than the context, under the server's processor kwargs."""
+        """Whether a chat's clip alone is longer than the context, under the server's processor kwargs."""
         processor = self.processor
-        if processor is None or render_mode.rendering():
+        if processor is None or not _chat_route():
             return False
-        with observing(None):
-            rule: Any = self.processing.video_verdict(processor, {}).rule
-            try:
+        rule = self._rule()
+        try:
+            with observing(None):
                 return rule is not None and rule.tokens(processor, clip, {}) > _context(processor)
-            except Exception:  # noqa: BLE001 - a rule that cannot size it: vLLM's decode decides, as always
-                return False
+        except Exception:  # noqa: BLE001 - a rule that cannot size it: vLLM's decode decides, as always
+            return False
 
     def check(self, processor: Any, inputs: Any) -> None:
         """Refuse, as vLLM would after the decode, a prompt with a deferred clip that is longer than the context."""
-        if not _deferred(inputs.mm_data_items):
+        if not _chat_route() or not _deferred(inputs.mm_data_items):
             return
         with observing(None):
             reason, items = self.processing.declined(processor, inputs)
@@ -86,6 +106,16 @@ class LengthGate:
         if length is not None and length > limit:
             video_budget.refused("vllm_length", prompt_tokens=length, max_model_len=limit)
             self.get_max_tokens(limit, None, length, {})  # raises vLLM's ValueError, in its words
+
+
+#: The routes whose length check is vLLM's ``get_max_tokens`` (``/v1/responses`` and the offline path word theirs
+#: otherwise): as the preset's middleware names them (without it, no route is known and nothing is deferred).
+CHECKED_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+
+def _chat_route() -> bool:
+    stats = current_request.get()
+    return stats is not None and stats.route in CHECKED_ROUTES and not render_mode.rendering()
 
 
 def _context(processor: Any) -> int:

@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +76,60 @@ def clip_bytes(clip: Clip, python: str | Path | None = None) -> bytes:
 
 #: The display matrix of a clip turned a quarter clockwise, as a phone held upright writes it (16.16 and 2.30 fixed).
 _QUARTER_TURN = (0, 0x10000, 0, -0x10000, 0, 0, 0, 0, 0x40000000)
+
+
+def _boxes(data: bytes | bytearray, start: int, end: int) -> Iterator[tuple[bytes, int, int]]:
+    """(kind, start, end) of each box from ``start`` to ``end`` (32-bit sizes: what OpenCV writes)."""
+    while start + 8 <= end:
+        size = int.from_bytes(data[start : start + 4], "big")
+        if size < 8:
+            raise ValueError(f"a box of {size} bytes at {start}")
+        yield bytes(data[start + 4 : start + 8]), start, start + size
+        start += size
+
+
+#: The boxes on the way from ``moov`` to a track's chunk offsets.
+_ON_THE_WAY = {b"trak", b"mdia", b"minf", b"stbl"}
+
+
+def faststart(data: bytes) -> bytes:
+    """The MP4 with its ``moov`` moved before its ``mdat``, as ``ffmpeg -movflags +faststart`` writes it for the web.
+
+    Truncated, such a file still opens: its header promises every frame, the frames that follow it are missing.
+    """
+    boxes = {kind: (start, end) for kind, start, end in _boxes(data, 0, len(data))}
+    (movie_start, movie_end), media_start = boxes[b"moov"], boxes[b"mdat"][0]
+    if movie_start < media_start:
+        return data
+    movie = bytearray(data[movie_start:movie_end])
+    shift = len(movie)
+
+    def shift_offsets(start: int, end: int) -> None:
+        for kind, box_start, box_end in _boxes(movie, start, end):
+            if kind in _ON_THE_WAY:
+                shift_offsets(box_start + 8, box_end)
+            elif kind == b"stco":
+                count = int.from_bytes(movie[box_start + 12 : box_start + 16], "big")
+                for at in range(box_start + 16, box_start + 16 + 4 * count, 4):
+                    struct.pack_into(">I", movie, at, struct.unpack_from(">I", movie, at)[0] + shift)
+            elif kind == b"co64":
+                raise ValueError("64-bit chunk offsets: not written by OpenCV")
+
+    shift_offsets(8, len(movie))
+    return data[:media_start] + bytes(movie) + data[media_start:movie_start] + data[movie_end:]
+
+
+def without_last_frame(data: bytes) -> bytes:
+    """A faststart MP4 of one chunk (as OpenCV writes it) cut where its last frame's sample starts.
+
+    Its sample table still promises that frame, which vLLM's end-of-stream check lets pass (one frame's tolerance).
+    """
+    chunks, sizes = data.find(b"stco"), data.find(b"stsz")
+    if data.find(b"moov") > data.find(b"mdat") or int.from_bytes(data[chunks + 8 : chunks + 12], "big") != 1:
+        raise ValueError("not a faststart MP4 of one chunk")
+    count = int.from_bytes(data[sizes + 12 : sizes + 16], "big")
+    samples = struct.unpack_from(f">{count}I", data, sizes + 16)
+    return data[: int.from_bytes(data[chunks + 12 : chunks + 16], "big") + sum(samples[:-1])]
 
 
 def rotated(data: bytes) -> bytes:

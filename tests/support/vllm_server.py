@@ -46,7 +46,7 @@ SERVE_FLAGS: tuple[str, ...] = (
 MMOBS_FLAGS: tuple[str, ...] = ("--middleware", "mmobs.vllm.Middleware")
 #: The engine's KV cache: 64 MiB, 131,072 tokens of the tiny models (512 bytes a token), where vLLM's CPU
 #: default (``VLLM_CPU_KVCACHE_SPACE``, whole GiB only) would hold a resident GiB in every test server.
-KV_CACHE_FLAGS: tuple[str, ...] = ("--kv-cache-memory-bytes", str(64 * 1024 * 1024))
+KV_CACHE_FLAGS: tuple[str, ...] = ("--kv-cache-memory-bytes", "64M")
 
 
 def write_json_logging_config(venv: Path, directory: Path) -> Path:
@@ -240,6 +240,18 @@ class VllmServer(ManagedProcess):
             return []
         lines = (json.loads(line) for line in self.witness.read_text().splitlines() if line)
         return [line for line in lines if line["kind"] == kind]
+
+    def captures(self) -> tuple[int, list[int]]:
+        """OpenCV captures opened in the server so far, and the frames read (``grab()`` calls) from each one dropped."""
+        return len(self.witnessed("video_open")), [line["grabs"] for line in self.witnessed("video_frames")]
+
+    def frames_read_since(self, mark: tuple[int, list[int]]) -> list[int]:
+        """The frames read from each capture opened since ``mark`` (a :meth:`captures`), every one of them dropped:
+        a capture still held would read frames no line counts."""
+        opened, grabs = self.captures()
+        read = grabs[len(mark[1]) :]
+        assert len(read) == opened - mark[0], f"{opened - mark[0]} captures opened, {len(read)} dropped"
+        return read
 
     def engine_received(self) -> list[dict[str, Any]]:
         """Every multimodal item vLLM's scheduler received, oldest first, as vLLM's records say (not mmobs's)."""

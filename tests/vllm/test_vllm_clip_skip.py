@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY
 
 from mmobs.events import RecordingObserver, observing
 from tests.support import require_vllm, vllm_plugin_registered
-from tests.support.videos import Clip, clip_bytes, rotated
+from tests.support.videos import Clip, clip_bytes, faststart, rotated, without_last_frame
 
 pytestmark = pytest.mark.vllm
 
@@ -274,14 +274,25 @@ class TestTheDecodeIsBoundedBeforeItStarts:
         assert counted("mmobs_vllm_video_refusals_total", budget="vllm_decode_bytes") == before + 1
 
 
-def rendered(parts: types.SimpleNamespace, data: bytes, **loader_kwargs: Any) -> tuple[Any, Any, str]:
-    """``load_and_key`` inside a keys-only render request."""
+def rendered(
+    parts: types.SimpleNamespace, data: bytes, *, rule_holds: bool = True, **loader_kwargs: Any
+) -> tuple[Any, Any, str]:
+    """``load_and_key`` inside a keys-only render request.
+
+    In a server, whether the served model's video rule holds is asked of the processor vLLM's renderer makes;
+    no renderer is made here, so the answer is given.
+    """
+    from mmobs.vllm.decode_free_hits import clip_skip
     from mmobs.vllm.render import render_mode
 
+    skipper = clip_skip._active
+    assert skipper is not None
     token = render_mode.enter(render_mode.RenderRequest("chat"))
+    skipper.sized_by_rule, was = (lambda clip: rule_holds), skipper.sized_by_rule
     try:
         return load_and_key(parts, data, **loader_kwargs)
     finally:
+        skipper.sized_by_rule = was
         render_mode.leave(token)
 
 
@@ -308,8 +319,14 @@ def test_a_keys_only_render_answers_a_first_seen_mp4_from_its_header_as_its_deco
 
 
 def test_a_keys_only_render_decodes_a_clip_its_header_cannot_answer_for(vllm_parts: types.SimpleNamespace) -> None:
-    """A WebM (its frame count is estimated from its duration) and a clip vLLM keys from its frames."""
+    """A WebM (its frame count is estimated from its duration), a clip vLLM keys from its frames, and an MP4
+    on a model whose video rule does not hold (the render could not size it)."""
     from mmobs.vllm.decode_free_hits.clip_skip import UndecodedFrames
+
+    unsized = clip_bytes(Clip(frames=9, seed=131, scene="pan"))
+    answered, _, key = rendered(vllm_parts, unsized, rule_holds=False)
+    assert type(answered.media[0]) is np.ndarray
+    assert key == load_and_key(vllm_parts, unsized)[2]
 
     webm = clip_bytes(Clip(frames=10, fps=5.0, container="webm", seed=103))
     answered, _, _ = rendered(vllm_parts, webm, num_frames=-1, fps=2)
@@ -318,6 +335,46 @@ def test_a_keys_only_render_decodes_a_clip_its_header_cannot_answer_for(vllm_par
     answered, _, _ = rendered(vllm_parts, noisy, num_frames=1)
     assert type(answered.media[0]) is np.ndarray and answered.media[0].nbytes < len(noisy)
     assert not isinstance(answered.media[0], UndecodedFrames)
+
+
+#: Where the file is cut: a share of it kept, all but 10 bytes (the last frame still decodes), or all but its last
+#: frame (within vLLM's one-frame tolerance at the stream's end: the header counts that frame, a decode does not).
+CUTS: dict[str, Callable[[bytes], bytes]] = {
+    "40%": lambda data: data[: len(data) * 4 // 10],
+    "60%": lambda data: data[: len(data) * 6 // 10],
+    "90%": lambda data: data[: len(data) * 9 // 10],
+    "all but 10 bytes": lambda data: data[:-10],
+    "all but the last frame": without_last_frame,
+}
+
+
+@pytest.mark.parametrize("cut_at", CUTS)
+def test_a_truncated_faststart_mp4_is_answered_as_vllms_decode_answers_it(
+    vllm_parts: types.SimpleNamespace, cut_at: str
+) -> None:
+    """Its ``moov`` first, so it opens after the cut and its sample table promises every frame; the frames after the
+    cut are gone. vLLM's header read finds the stream's end (and samples what is there) or its decode finds fewer
+    frames; a keys-only render and a chat whose clip is too long for the context answer it with vLLM's key and
+    metadata, and the frames' shape its decode gives."""
+    from mmobs.vllm.decode_free_hits import clip_skip
+
+    whole = faststart(clip_bytes(Clip(frames=40, seed=141, scene="pan")))
+    cut = CUTS[cut_at](whole)
+    skipper = clip_skip._active
+    assert skipper is not None
+    rendered_cut, _, rendered_key = rendered(vllm_parts, cut)  # first seen: the index does not hold it
+    skipper.over_context, was = (lambda clip: True), skipper.over_context
+    try:
+        chat_cut, _, chat_key = load_and_key(vllm_parts, cut)  # not in the cache: not answered from the index
+    finally:
+        skipper.over_context = was
+    decoded, _, key = load_and_key(vllm_parts, cut)  # no render, no length check: vLLM's decode
+    assert len(decoded.media[0]) < 40, decoded.media[1]  # what the cut left
+    for answered, answered_key in ((rendered_cut, rendered_key), (chat_cut, chat_key)):
+        frames, metadata = answered.media
+        assert (answered_key, metadata, frames.shape) == (key, decoded.media[1], decoded.media[0].shape)
+        if cut_at == "all but the last frame":  # the probe of the last frame kept fails: decoded
+            assert type(frames) is np.ndarray and np.array_equal(frames, decoded.media[0])
 
 
 def test_a_header_answer_that_reaches_vllms_processing_is_decoded_first(vllm_parts: types.SimpleNamespace) -> None:

@@ -13,7 +13,6 @@ mmobs's counts those an unskipped decode would give.
 
 from __future__ import annotations
 
-import base64
 import io
 import os
 import re
@@ -24,8 +23,9 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from tests.support import data_url
 from tests.support.images import encode, noisy_image, png_header_only
-from tests.support.videos import Clip, clip_bytes
+from tests.support.videos import Clip, clip_bytes, faststart, without_last_frame
 from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
 from tests.support.vllm_requests import comparable, drift_sampled, expected_for
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series
@@ -133,7 +133,7 @@ def test_a_chat_that_resends_its_clip_is_answered_as_vllm_alone_answers_it(
 ) -> None:
     """Every turn re-sends the clip: the same answers; with mmobs only the first turn opens the container."""
     clip = clip_bytes(Clip(frames=8, fps=4.0, seed=next(seeds)), python=vllm_mmobs.venv / "bin" / "python")
-    url = f"data:video/mp4;base64,{base64.b64encode(clip).decode()}"
+    url = data_url(clip, "video/mp4")
     turns = 3
     opened_before = {server.name: len(server.witnessed("video_open")) for server in (vllm_mmobs, vllm_alone)}
     mmobs_before = vllm_mmobs.samples()
@@ -176,7 +176,7 @@ def test_a_clip_over_the_frames_budget_is_refused_before_its_decode_and_broken_o
     python = vllm_mmobs.venv / "bin" / "python"
 
     def ask(server: VllmServer, data: bytes) -> tuple[int, Any]:
-        url = f"data:video/mp4;base64,{base64.b64encode(data).decode()}"
+        url = data_url(data, "video/mp4")
         return answer(server, [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": url}}]}])
 
     clip = clip_bytes(Clip(frames=8, fps=4.0, seed=next(seeds)), python)
@@ -204,17 +204,27 @@ def test_a_clip_too_long_for_the_context_is_refused_before_its_decode_in_vllms_w
     all: tests/vllm/test_vllm_render_keys_only.py (these servers refuse request kwargs)."""
     python = vllm_mmobs.venv / "bin" / "python"
     clip = clip_bytes(Clip(1280, 720, frames=100, fps=4.0, seed=next(seeds), scene="still"), python)
-    url = f"data:video/mp4;base64,{base64.b64encode(clip).decode()}"
-    messages = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": url}}]}]
+    messages = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": data_url(clip, "video/mp4")}}]}]
     refused = answer(vllm_alone, messages)
     length = re.fullmatch(r"Input length \((\d+)\) exceeds model's maximum context length \((\d+)\)\.", refused[1])
     assert refused[0] == 400 and length is not None and int(length[1]) > int(length[2]), refused
-    before, frames_seen = vllm_mmobs.samples(), len(vllm_mmobs.witnessed("video_frames"))
+    before, mark = vllm_mmobs.samples(), vllm_mmobs.captures()
     assert answer(vllm_mmobs, messages) == refused
-    assert sum(line["grabs"] for line in vllm_mmobs.witnessed("video_frames")[frames_seen:]) <= 2
+    assert sum(vllm_mmobs.frames_read_since(mark)) <= 2
     moved = delta(before, vllm_mmobs.samples())
     assert moved[series("mmobs_vllm_video_refusals_total", budget="vllm_length")] == 1
     assert series(LATE, modality="video") not in moved
+    # The same clip in the web's layout (sample table first), cut short of its last frame: its header promises a
+    # frame the file lacks. Answered alike; from the header (two grabs) only where the frames picked survived the
+    # cut, else decoded (the probe of the last one picked failed) and refused by vLLM itself.
+    cut = without_last_frame(faststart(clip))
+    messages = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": data_url(cut, "video/mp4")}}]}]
+    before, mark = vllm_mmobs.samples(), vllm_mmobs.captures()
+    assert answer(vllm_mmobs, messages) == answer(vllm_alone, messages)
+    refused_early = delta(before, vllm_mmobs.samples()).get(
+        series("mmobs_vllm_video_refusals_total", budget="vllm_length")
+    )
+    assert (sum(vllm_mmobs.frames_read_since(mark)) <= 2) == (refused_early == 1)
 
 
 def test_refused_clips_fire_the_alert_on_a_real_prometheus_and_the_runbook_reads_them(
@@ -231,7 +241,7 @@ def test_refused_clips_fire_the_alert_on_a_real_prometheus_and_the_runbook_reads
     require_binary("prometheus")
     python = vllm_mmobs.venv / "bin" / "python"
     clip = clip_bytes(Clip(1280, 720, frames=100, fps=4.0, seed=next(seeds), scene="still"), python)
-    url = f"data:video/mp4;base64,{base64.b64encode(clip).decode()}"
+    url = data_url(clip, "video/mp4")
     messages = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": url}}]}]
     runbook = ROOT / "docs" / "runbooks" / "MmobsVllmMmVideoRefused.md"
     alert, *investigation = [
@@ -312,7 +322,7 @@ def test_bad_base64_after_a_cached_image_is_refused_as_vllm_alone_refuses_it(
     vllm_mmobs: VllmServer, vllm_alone: VllmServer
 ) -> None:
     good = encode(noisy_image("RGB", (64, 64), seed=next(seeds)), "PNG")
-    url = "data:image/png;base64," + base64.b64encode(good).decode()
+    url = data_url(good, "image/png")
     broken = url[:-8] + "*" + url[-7:]
     results = []
     for server in (vllm_mmobs, vllm_alone):

@@ -87,8 +87,9 @@ class ClipRecord:
 class UndecodedFrames(np.ndarray):
     """A clip's frames, not decoded: their shape and dtype, no pixels (every element is zero, none is stored).
 
-    Only a clip whose key its processor cache held is given these, and nothing in vLLM reads a cached clip's
-    pixels; :func:`decode_missing` decodes one that reaches the processor after all (``decode()``).
+    Given for a clip whose key its processor cache holds (nothing in vLLM reads a cached clip's pixels), and,
+    ``unheld``, for a keys-only render's clip or a chat's clip too long for the context: :func:`decode_stand_ins`
+    decodes any that reaches vLLM's processing after all (``decode()``), the misses' hook the cached ones.
     """
 
     decode: Callable[[], tuple[Any, dict[str, Any]]] | None = None
@@ -157,9 +158,12 @@ class ClipSkipper:
         #: Whether vLLM's own ``_get_cache_missing_items`` has run in this process (with its hook): a model whose
         #: processor replaces the cached path never calls it, so its clips are never stood in for.
         self.misses_hooked = False
-        #: Whether a clip of ``(frames kept, height, width)`` is alone too long for the context: then its decode
-        #: is deferred to the processor, which refuses its prompt first (:mod:`mmobs.vllm.video_length`).
+        #: Whether a chat's clip of ``(frames kept, height, width)`` is alone too long for the context: then its
+        #: decode is deferred to the processor, which refuses its prompt first (:mod:`mmobs.vllm.video_length`).
         self.over_context: Callable[[tuple[int, int, int]], bool] | None = None
+        #: Whether a keys-only render's clip can be answered from its header: where the served model's video rule
+        #: holds (None: nothing decides it, and the header is not read).
+        self.sized_by_rule: Callable[[tuple[int, int, int]], bool] | None = None
 
     def _index_size(self, entries: int, nbytes: int) -> None:
         self.metrics.index_size(entries, nbytes, "video")
@@ -178,16 +182,19 @@ class ClipSkipper:
             and _within_pixel_limit(record)
         ):
             self._rendered("index" if keys_only else None)
-            return self._stand_in(original, loader, data, record, unheld=keys_only)
+            return self._stand_in(original, loader, data, key, record, unheld=keys_only)
         started = thread_time()
-        # A first-seen MP4 answered from its header: always in a keys-only render; in a chat only where it alone is
-        # too long for the context (its decode deferred to the processor, which refuses the prompt first).
-        wanted = None if keys_only else self.over_context
-        if header_clips.answerable(data) and (keys_only or wanted is not None):
-            late = functools.partial(self._late_decode, original, loader, data)
+        # A first-seen MP4 answered from its header: in a keys-only render where the model's video rule holds; in a
+        # chat only where it alone is too long for the context (its decode deferred to the processor, which refuses
+        # the prompt first).
+        wanted = self.sized_by_rule if keys_only else self.over_context
+        if wanted is not None and header_clips.answerable(data):
+            late = functools.partial(self._late_decode, original, loader, data, key)
             with header_clips.from_header(len(data), functools.partial(undecoded_shape, decode=late), wanted) as header:
                 result = original(loader, data)
-            answered = header.answered
+            answered = header.frames is not None
+            if answered and frames_of(getattr(result, "media", None)) is not header.frames:
+                result, answered = original(loader, data), False  # a loader that made new frames of them: decoded
         else:
             result, answered = original(loader, data), False
         if keys_only:
@@ -243,27 +250,38 @@ class ClipSkipper:
             )
 
     def _stand_in(
-        self, original: Callable[[Any, bytes], Any], loader: Any, data: bytes, record: ClipRecord, *, unheld: bool
+        self,
+        original: Callable[[Any, bytes], Any],
+        loader: Any,
+        data: bytes,
+        key: IndexKey,
+        record: ClipRecord,
+        *,
+        unheld: bool,
     ) -> Any:
         budget = getattr(getattr(loader, "image_io", None), "decoded_budget", None)
         if budget is not None:  # vLLM 0.33: the request's decoded-bytes budget, charged as vLLM charges it
             budget.charge(int(np.prod(record.shape)) * record.dtype.itemsize)
-        frames = undecoded(record, functools.partial(self._late_decode, original, loader, data), unheld=unheld)
+        frames = undecoded(record, functools.partial(self._late_decode, original, loader, data, key), unheld=unheld)
         self.metrics.skipped(record.decode_seconds, "video")
         return self.media_with_bytes((frames, copy.deepcopy(record.metadata)), data)
 
     def _late_decode(
-        self, original: Callable[[Any, bytes], Any], loader: Any, data: bytes
+        self, original: Callable[[Any, bytes], Any], loader: Any, data: bytes, key: IndexKey
     ) -> tuple[Any, dict[str, Any]]:
-        """The decode a stand-in skipped, done because the processor is about to read its frames."""
+        """The decode a stand-in skipped, done because the processor is about to read its frames (remembered, as
+        any decode is, once vLLM keys it)."""
         quiet = copy.copy(loader)
         image_io = getattr(quiet, "image_io", None)
         if getattr(image_io, "decoded_budget", None) is not None:
             quiet.image_io = copy.copy(image_io)
             quiet.image_io.decoded_budget = None  # charged when the stand-in was made
         started = thread_time()
-        frames, metadata = original(quiet, data).media
-        self.metrics.late(thread_time() - started, "video")
+        result = original(quiet, data)
+        seconds = thread_time() - started
+        self.metrics.late(seconds, "video")
+        self._remember(result, key, data, seconds)
+        frames, metadata = result.media
         return frames, metadata
 
     def keyed(self, frames: object, key: str) -> None:
@@ -319,26 +337,36 @@ def decode_missing(original: Callable[..., Any], skipper: ClipSkipper) -> Callab
 def decode_stand_ins(mm_data_items: Any, *, unheld_only: bool = False) -> None:
     """Decode, in place, the undecoded clips among a request's parsed items (vLLM's processor reads them next).
 
-    ``unheld_only``: only those made for a keys-only render (a cache hit's stand-in is read by nothing).
+    ``unheld_only``: only those not made for a cache hit (a keys-only render's, a deferred decode's), which are
+    decoded before vLLM keys them: they take the decode's metadata too, so that vLLM keys what it decoded.
+    A cache hit's stand-in is decoded (among the misses) after its key: its remembered metadata stays.
     """
     videos = mm_data_items.get("video") if hasattr(mm_data_items, "get") else None
     data = getattr(videos, "data", None)
-    if isinstance(data, list):
-        for index, item in enumerate(data):
-            data[index] = _decoded(item, unheld_only)
+    if not isinstance(data, list):
+        return
+    listed = getattr(videos, "metadata", None)
+    for index, item in enumerate(data):
+        frames = frames_of(item)
+        if not isinstance(frames, UndecodedFrames) or frames.decode is None or (unheld_only and not frames.unheld):
+            continue
+        decoded, metadata = frames.decode()
+        data[index] = _replaced(item, decoded, metadata if frames.unheld else None)
+        if frames.unheld and isinstance(listed, list) and index < len(listed) and listed[index] is not None:
+            listed[index] = metadata
 
 
-def _decoded(item: Any, unheld_only: bool = False) -> Any:
-    """The item with its frames decoded: bare frames, ``(frames, metadata)``, or vLLM's ``MediaWithBytes`` of either."""
+def _replaced(item: Any, frames: Any, metadata: dict[str, Any] | None) -> Any:
+    """``item`` with ``frames`` for its frames (and ``metadata`` for its metadata, if given): bare frames,
+    ``(frames, metadata)``, or vLLM's ``MediaWithBytes`` of either."""
     if isinstance(item, tuple) and item:
-        return (_decoded(item[0], unheld_only), *item[1:])
-    if isinstance(item, UndecodedFrames) and item.decode is not None and (item.unheld or not unheld_only):
-        decoded, _ = item.decode()  # the same bytes and settings: the metadata the stand-in carries
-        return decoded
+        rest = item[1:] if metadata is None or len(item) < 2 else (metadata, *item[2:])
+        return (_replaced(item[0], frames, metadata), *rest)
+    if isinstance(item, UndecodedFrames):
+        return frames
     media = getattr(item, "media", None)
     if dataclasses.is_dataclass(item) and media is not None:
-        found = _decoded(media, unheld_only)
-        return item if found is media else dataclasses.replace(item, media=found)  # type: ignore[type-var]
+        return dataclasses.replace(item, media=_replaced(media, frames, metadata))  # type: ignore[type-var]
     return item
 
 

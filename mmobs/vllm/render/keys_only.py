@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mmobs.events import observing
 from mmobs.vllm.cache_drift.drift import BoundedMap
@@ -36,9 +36,6 @@ from mmobs.vllm.render import render_mode
 from mmobs.vllm.render.render_mode import Reason
 from mmobs.vllm.render.size_rules import RuleChecks, SizeRule, Verdict
 from mmobs.vllm.render.video_rules import ClipSize, clip_sizes
-
-if TYPE_CHECKING:
-    from mmobs.vllm.video_length import LengthGate
 
 
 class SizeRefused(ValueError):
@@ -115,8 +112,8 @@ class KeysOnlyProcessing:
         self.sizes = sizes
         self.video_checks = video_checks
         self.video_items_class = video_items_class
-        #: Chat requests' clips too long for the context, refused before their decode (:mod:`mmobs.vllm.video_length`).
-        self.length_gate: LengthGate | None = None
+        #: Refuses chat prompts whose deferred clips are too long for the context (:mod:`mmobs.vllm.video_length`).
+        self.length_check: Callable[[Any, Any], None] | None = None
 
     def verdict(self, processor: Any, hf_kwargs: Any) -> Verdict:
         """The rule for this processor under these kwargs (checked on probes once; nobody watching)."""
@@ -230,8 +227,8 @@ class KeysOnlyProcessing:
         @functools.wraps(original)
         def _cached_apply_hf_processor(processor: Any, inputs: Any, timing_ctx: Any) -> Any:
             request = render_mode.current()
-            if request is None and self.length_gate is not None:
-                self.length_gate.check(processor, inputs)  # raises vLLM's refusal for the prompt's length
+            if request is None and self.length_check is not None:
+                self.length_check(processor, inputs)  # raises vLLM's refusal for the prompt's length
             elif request is not None and request.keys_only:
                 reason, items = self.declined(processor, inputs)
                 if reason is None:
