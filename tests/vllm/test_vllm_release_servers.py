@@ -197,10 +197,10 @@ class MalformedExifChecks:
             assert answered == 3, answers
 
 
-@pytest.mark.vllm_server_older
+@pytest.mark.vllm_server_own
 class OlderReleaseChecks(MalformedExifChecks):
     """What the older releases' pairs are held to besides (0.32.0's keys are ``test_vllm_render_keys.py``'s); tox's
-    vllm-servers-older environment runs them, beside vllm-servers and its 0.32.0 pair."""
+    vllm-servers-own environment runs them, beside vllm-servers and its 0.32.0 pair (none of the shared servers)."""
 
     def test_every_image_keys_as_the_release_and_only_the_exif_failures_change(
         self, servers: tuple[VllmServer, VllmServer]

@@ -31,7 +31,8 @@ from tests.vllm.render_requests import (
     user,
 )
 
-pytestmark = pytest.mark.vllm_server
+# Its servers are its own (a LLaVA model), and it takes none of the shared ones: tox's vllm-servers-own runs it.
+pytestmark = [pytest.mark.vllm_server, pytest.mark.vllm_server_own]
 
 MEDIA_IO_KWARGS = {"image": {"rgba_background_color": [0, 0, 0]}}
 
