@@ -87,12 +87,11 @@ def silent_observer() -> Iterator[None]:
 
 # =============================================================================
 # Which tox environment runs a test: a marker of the environment's name (tox.ini selects by it).
-# The core's tests carry none. A test that takes a vLLM server is ``vllm_server``'s wherever it lives (or
-# ``vllm_server_own``'s, marked so: servers no other module shares); otherwise its own mark decides, then
-# its file's row here (the first that matches).
+# The core's tests carry none. A test that takes a vLLM server is ``vllm_server``'s wherever it lives;
+# otherwise its own mark decides, then its file's row here (the first that matches).
 # =============================================================================
 
-ENVIRONMENTS = ("lint", "dashboards", "vllm", "vllm_releases", "pillow_range", "vllm_server", "vllm_server_own")
+ENVIRONMENTS = ("lint", "dashboards", "vllm", "vllm_releases", "pillow_range", "vllm_server")
 ENVIRONMENT_OF_FILE = {
     "tests/test_style.py": "lint",
     "tests/test_packaging.py": "lint",
@@ -110,7 +109,7 @@ ENVIRONMENT_OF_FILE = {
 
 def _environment_of(item: pytest.Item, root: Path) -> str | None:
     if "vllm_server_env" in getattr(item, "fixturenames", ()):
-        return "vllm_server_own" if item.get_closest_marker("vllm_server_own") else "vllm_server"
+        return "vllm_server"
     marked = next((mark.name for mark in item.iter_markers() if mark.name in ENVIRONMENTS), None)
     if marked is not None:
         return marked

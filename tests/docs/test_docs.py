@@ -69,7 +69,7 @@ def test_the_readme_is_a_landing_page() -> None:
 def test_the_readme_gives_the_two_commands() -> None:
     text = README.read_text(encoding="utf-8")
     assert "python3 -m pip install -e '.[serve]' && mmobs serve --port 8000" in text
-    run_the_tests = "python3 -m pip install 'tox>=4.30' && tox p -p 4"
+    run_the_tests = "python3 -m pip install 'tox>=4.30' && tox p -p 3"
     assert run_the_tests in text
     # CI runs the same command, on a clean clone.
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")

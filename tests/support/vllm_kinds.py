@@ -6,15 +6,10 @@ a folder for its files) that starts one ``vllm serve`` and waits until it is rea
 first time a test asks for it and stops it, by its process id, when its scope ends. A session-scoped
 kind is started at most once per pytest process, so the tests that share it pay its boot (20 to 100 s
 on two cores) once.
-
-Servers a module compares side by side (with mmobs and vLLM alone) are booted together
-(:func:`booted_together`): a boot is three processes importing torch and vLLM one after the other, about
-one core for half a minute, so two at once take little longer than one where the machine has a core free.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,19 +55,3 @@ def vllm_server_fixture(scope: str = "session") -> Callable[[Launcher], Any]:
         return pytest.fixture(scope=scope, name=launch.__name__)(fixture)  # type: ignore[call-overload]
 
     return declare
-
-
-@contextlib.contextmanager
-def booted_together(*launches: Callable[[], VllmServer]) -> Iterator[list[VllmServer]]:
-    """The servers each of ``launches`` starts (``VllmServer(..., wait=False)``), all started before any is waited
-    for, once each is healthy; each stopped by its process id when the block ends, or when one does not come up."""
-    servers: list[VllmServer] = []
-    try:
-        for launch in launches:
-            servers.append(launch())
-        for server in servers:
-            server.wait_until_healthy()
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()

@@ -113,9 +113,7 @@ def make_model(venv: Path, directory: Path, script: str = "make_tiny_vlm.py") ->
 class VllmServer(ManagedProcess):
     """``vllm serve MODEL --load-format dummy ... [--middleware mmobs.vllm.Middleware]`` on a loopback port.
 
-    ``subcommand=("launch", "render")`` starts vLLM's GPU-less render server instead (no engine). The
-    constructor returns once the server is healthy; with ``wait=False``, once it is started, for
-    :func:`~tests.support.vllm_kinds.booted_together`.
+    ``subcommand=("launch", "render")`` starts vLLM's GPU-less render server instead (no engine).
     """
 
     def __init__(
@@ -130,7 +128,6 @@ class VllmServer(ManagedProcess):
         timeout: float = 240.0,
         subcommand: Sequence[str] = ("serve",),
         witness_decodes: bool = False,
-        wait: bool = True,
     ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.venv = venv
@@ -168,40 +165,24 @@ class VllmServer(ManagedProcess):
             self.extra_env.setdefault("MMOBS_METRICS_DEBUG", "1")
         child_env.update(self.extra_env)
         self.shm_before = set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
-        self.name, self.directory, self.timeout = name, directory, timeout
-        self.subcommand, self.args = tuple(subcommand), tuple(args)
-        self._child_env = child_env
-        self._launch()
-        if wait:
-            self.wait_until_healthy()
-
-    def _launch(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.command = [
-            str(self.venv / "bin" / "vllm"), *self.subcommand, self.model, *SERVE_FLAGS,
-            *(KV_CACHE_FLAGS if self.subcommand == ("serve",) else ()),
-            "--host", "127.0.0.1", "--port", str(self.port), *self.args,
-        ]  # fmt: skip
-        log = self.directory / f"vllm-{self.port}.log"
-        super().__init__(self.name, self.command, log, env=self._child_env, cwd=self.directory)
-
-    def wait_until_healthy(self) -> None:
-        """Until ``/health`` answers 200 (the constructor's wait, unless it was told ``wait=False``).
-
-        Another process may bind the port in the seconds vLLM imports before it does: the server is then
-        started again on another port, twice at most.
-        """
+        # Another process may bind the port in the seconds vLLM imports before it does: then once more.
         for attempt in (1, 2, 3):
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            self.command = [
+                str(venv / "bin" / "vllm"), *subcommand, self.model, *SERVE_FLAGS,
+                *(KV_CACHE_FLAGS if tuple(subcommand) == ("serve",) else ()),
+                "--host", "127.0.0.1", "--port", str(self.port), *args,
+            ]  # fmt: skip
+            super().__init__(name, self.command, directory / f"vllm-{self.port}.log", env=child_env, cwd=directory)
             try:
                 self.wait_until(
-                    lambda: httpx.get(self.url + "/health", timeout=2).status_code == 200, self.timeout, "healthy"
+                    lambda: httpx.get(self.url + "/health", timeout=2).status_code == 200, timeout, "healthy"
                 )
             except RuntimeError:
                 if attempt == 3 or self.process.poll() is None or "Address already in use" not in self.logs():
                     raise
                 self.stop()
-                self._launch()
             else:
                 return
 

@@ -26,13 +26,12 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.vllm_kinds import ServerContext, booted_together
+from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
 from tests.support.vllm_requests import mmobs_lines
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series, write_json_logging_config
 from tests.vllm.cache_drift_requests import (
@@ -72,45 +71,27 @@ def _start(
     server_directory = context.directory(directory)
     if json_log:
         env = {**env, "VLLM_LOGGING_CONFIG_PATH": str(write_json_logging_config(context.venv, server_directory))}
-    return VllmServer(
-        context.venv,
-        context.model,
-        server_directory,
-        args=[*MMOBS_FLAGS, *SMALL_CACHE_FLAGS],
-        env=env,
-        name=name,
-        wait=False,
+    server = VllmServer(
+        context.venv, context.model, server_directory, args=[*MMOBS_FLAGS, *SMALL_CACHE_FLAGS], env=env, name=name
     )
+    server.wait_for_warm_up()
+    return server
 
 
-@pytest.fixture(scope="module")
-def drift_servers(vllm_server_context: ServerContext) -> Iterator[list[VllmServer]]:
-    """(healing, counting), booted together, each warmed up."""
-    context = vllm_server_context
-    with booted_together(
-        lambda: _start(context, {}, "vllm-drift-heal", "vllm serve (small mm cache, json log)", json_log=True),
-        lambda: _start(
-            context,
-            {"MMOBS_VLLM_MM_CACHE_HEAL": "0", "MMOBS_VLLM_UUID_CONFLICTS": "count"},
-            "vllm-drift-count",
-            "vllm serve (small mm cache, MMOBS_VLLM_MM_CACHE_HEAL=0, MMOBS_VLLM_UUID_CONFLICTS=count)",
-        ),
-    ) as servers:
-        for server in servers:
-            server.wait_for_warm_up()
-        yield servers
-
-
-@pytest.fixture(scope="module")
-def healing_server(drift_servers: list[VllmServer]) -> VllmServer:
+@vllm_server_fixture(scope="module")
+def healing_server(context: ServerContext) -> VllmServer:
     """Healing on, and vLLM's log in JSON (mmobs vllm-logging-config), so that the runbooks read both formats."""
-    return drift_servers[0]
+    return _start(context, {}, "vllm-drift-heal", "vllm serve (small mm cache, json log)", json_log=True)
 
 
-@pytest.fixture(scope="module")
-def counting_server(drift_servers: list[VllmServer]) -> VllmServer:
-    """Healing off (``MMOBS_VLLM_MM_CACHE_HEAL=0``), uuid conflicts counted rather than refused."""
-    return drift_servers[1]
+@vllm_server_fixture(scope="module")
+def counting_server(context: ServerContext) -> VllmServer:
+    return _start(
+        context,
+        {"MMOBS_VLLM_MM_CACHE_HEAL": "0", "MMOBS_VLLM_UUID_CONFLICTS": "count"},
+        "vllm-drift-count",
+        "vllm serve (small mm cache, MMOBS_VLLM_MM_CACHE_HEAL=0, MMOBS_VLLM_UUID_CONFLICTS=count)",
+    )
 
 
 # -- the three steps that drift the caches ---------------------------------------------------------

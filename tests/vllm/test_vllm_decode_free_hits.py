@@ -13,13 +13,10 @@ mmobs's counts those an unskipped decode would give.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import io
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +26,7 @@ from PIL import Image
 from tests.support import data_url
 from tests.support.images import encode, noisy_image, png_header_only
 from tests.support.videos import Clip, clip_bytes, faststart, without_last_frame
-from tests.support.vllm_kinds import ServerContext, booted_together
+from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
 from tests.support.vllm_requests import comparable, drift_sampled, expected_for
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series
 from tests.vllm.decode_free_requests import (
@@ -50,41 +47,23 @@ LATE = "mmobs_vllm_late_decodes_total"
 
 
 def _serve(context: ServerContext, directory: str, args: tuple[str, ...], env: dict[str, str], name: str) -> VllmServer:
-    return VllmServer(
-        context.venv, context.model, context.directory(directory), args=args, env=env, name=name, witness_decodes=True,
-        wait=False,
-    )  # fmt: skip
+    server = VllmServer(
+        context.venv, context.model, context.directory(directory), args=args, env=env, name=name, witness_decodes=True
+    )
+    server.wait_for_warm_up()
+    return server
 
 
-@contextlib.contextmanager
-def _warmed_up(*launches: Callable[[], VllmServer]) -> Iterator[list[VllmServer]]:
-    """The servers ``launches`` start, booted together, once each has logged its multimodal warm-up."""
-    with booted_together(*launches) as servers:
-        for server in servers:
-            server.wait_for_warm_up()
-        yield servers
-
-
-@pytest.fixture(scope="module")
-def side_by_side(vllm_server_context: ServerContext) -> Iterator[list[VllmServer]]:
-    context = vllm_server_context
-    with _warmed_up(
-        lambda: _serve(context, "vllm-mmobs", MMOBS_FLAGS, {}, "vllm serve (mmobs)"),
-        lambda: _serve(context, "vllm-alone", (), {"MMOBS_VLLM_PLUGIN": "0"}, "vllm serve (plugin off)"),
-    ) as servers:
-        yield servers
-
-
-@pytest.fixture(scope="module")
-def vllm_mmobs(side_by_side: list[VllmServer]) -> VllmServer:
+@vllm_server_fixture(scope="module")
+def vllm_mmobs(context: ServerContext) -> VllmServer:
     """``vllm serve --middleware mmobs.vllm.Middleware`` with every mmobs switch at its default."""
-    return side_by_side[0]
+    return _serve(context, "vllm-mmobs", MMOBS_FLAGS, {}, "vllm serve (mmobs)")
 
 
-@pytest.fixture(scope="module")
-def vllm_alone(side_by_side: list[VllmServer]) -> VllmServer:
+@vllm_server_fixture(scope="module")
+def vllm_alone(context: ServerContext) -> VllmServer:
     """``vllm serve`` with the same flags and no mmobs: no preset, the plugin switched off."""
-    return side_by_side[1]
+    return _serve(context, "vllm-alone", (), {"MMOBS_VLLM_PLUGIN": "0"}, "vllm serve (plugin off)")
 
 
 def test_a_chat_that_resends_its_images_is_answered_as_vllm_alone_answers_it(
@@ -368,12 +347,22 @@ def _declining(context: ServerContext, name: str) -> VllmServer:
     return _serve(context, "vllm-declined", (*MMOBS_FLAGS, *DECLINED[name][0]), {}, name)
 
 
+@vllm_server_fixture(scope="module")
+def without_a_processor_cache(context: ServerContext) -> VllmServer:
+    return _declining(context, "no processor cache")
+
+
+@vllm_server_fixture(scope="module")
+def with_a_shared_memory_cache(context: ServerContext) -> VllmServer:
+    return _declining(context, "shared-memory cache")
+
+
 @pytest.fixture(scope="module")
-def declining_servers(vllm_server_context: ServerContext) -> Iterator[dict[str, VllmServer]]:
-    """One mmobs server per configuration of ``DECLINED``, booted together."""
-    names = sorted(DECLINED)
-    with _warmed_up(*(functools.partial(_declining, vllm_server_context, name) for name in names)) as servers:
-        yield dict(zip(names, servers, strict=True))
+def declining_servers(
+    without_a_processor_cache: VllmServer, with_a_shared_memory_cache: VllmServer
+) -> dict[str, VllmServer]:
+    """One mmobs server per configuration of ``DECLINED``."""
+    return {"no processor cache": without_a_processor_cache, "shared-memory cache": with_a_shared_memory_cache}
 
 
 @pytest.mark.parametrize("name", sorted(DECLINED))

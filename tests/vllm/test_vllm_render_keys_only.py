@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import pytest
 from scripts import corpus
 from tests.support import data_url, golden, images
 from tests.support.videos import Clip, clip_bytes, faststart, rotated, without_last_frame
-from tests.support.vllm_kinds import ServerContext, booted_together, vllm_server_fixture
+from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
 from tests.support.vllm_requests import client_for
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series
 from tests.vllm.render_requests import (
@@ -64,9 +63,7 @@ def corpus_image(name: str) -> bytes:
     return payload
 
 
-def _render_server(
-    context: ServerContext, name: str, env: dict[str, str], *extra: str, wait: bool = True
-) -> VllmServer:
+def _render_server(context: ServerContext, name: str, env: dict[str, str], *extra: str) -> VllmServer:
     return VllmServer(
         context.venv,
         context.model,
@@ -76,7 +73,6 @@ def _render_server(
         name=f"{name} ({' '.join(f'{k}={v}' for k, v in env.items())})",
         subcommand=("launch", "render") if name.startswith("launch-render") else ("serve",),
         witness_decodes=True,  # test_a_resent_image_costs_its_digest reads what Pillow decoded
-        wait=wait,
     )
 
 
@@ -87,26 +83,18 @@ def render_keys(context: ServerContext) -> VllmServer:
     return _render_server(context, "render-keys", env, "--enable-scale-out", "--trust-request-mm-kwargs")
 
 
-@pytest.fixture(scope="module")
-def launch_renders(vllm_server_context: ServerContext) -> Iterator[list[VllmServer]]:
-    """``vllm launch render`` (vLLM's GPU-less render server) alone and with mmobs and ``MMOBS_VLLM_RENDER=keys``,
-    with Qwen2-VL's released limits, booted together."""
-    context, limits = vllm_server_context, ("--mm-processor-kwargs", json.dumps(RELEASED_LIMITS))
-    with booted_together(
-        lambda: _render_server(context, "launch-render-alone", {"MMOBS_VLLM_PLUGIN": "0"}, *limits, wait=False),
-        lambda: _render_server(context, "launch-render-keys", {"MMOBS_VLLM_RENDER": "keys"}, *limits, wait=False),
-    ) as servers:
-        yield servers
+@vllm_server_fixture(scope="module")
+def launch_render_alone(context: ServerContext) -> VllmServer:
+    """``vllm launch render`` (vLLM's GPU-less render server) alone, with Qwen2-VL's released limits."""
+    limits = json.dumps(RELEASED_LIMITS)
+    return _render_server(context, "launch-render-alone", {"MMOBS_VLLM_PLUGIN": "0"}, "--mm-processor-kwargs", limits)
 
 
-@pytest.fixture(scope="module")
-def launch_render_alone(launch_renders: list[VllmServer]) -> VllmServer:
-    return launch_renders[0]
-
-
-@pytest.fixture(scope="module")
-def launch_render_keys(launch_renders: list[VllmServer]) -> VllmServer:
-    return launch_renders[1]
+@vllm_server_fixture(scope="module")
+def launch_render_keys(context: ServerContext) -> VllmServer:
+    """``vllm launch render`` with mmobs and ``MMOBS_VLLM_RENDER=keys``, with Qwen2-VL's released limits."""
+    limits = json.dumps(RELEASED_LIMITS)
+    return _render_server(context, "launch-render-keys", {"MMOBS_VLLM_RENDER": "keys"}, "--mm-processor-kwargs", limits)
 
 
 def test_the_start_up_line_says_what_answers_keys_only(render_keys: VllmServer) -> None:

