@@ -47,6 +47,18 @@ def require_vllm() -> None:
         pytest.skip(message)
 
 
+def require_opencv() -> None:
+    """Skip when OpenCV is not importable: vLLM's video loader and the tests' clips need it (fail under
+    MMOBS_REQUIRE_VLLM=1, as in CI, where .ci/install-vllm installs it with vLLM)."""
+    try:
+        import cv2  # noqa: F401
+    except ImportError as error:
+        message = f"OpenCV is not installed ({error}); .ci/install-vllm installs it with vLLM"
+        if REQUIRE_VLLM:
+            pytest.fail(f"{message}, and MMOBS_REQUIRE_VLLM=1 forbids skipping")
+        pytest.skip(message)
+
+
 @contextlib.contextmanager
 def vllm_plugin_registered() -> Iterator[ModuleType]:
     """mmobs's vLLM plugin registered afresh in this process for the block, then unregistered (vLLM restored)."""

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from mmobs.events import RecordingObserver, observing
-from tests.support import require_vllm, vllm_plugin_registered
+from tests.support import require_opencv, require_vllm, vllm_plugin_registered
 from tests.support.videos import Clip, clip_bytes, faststart, rotated, without_last_frame
 
 pytestmark = pytest.mark.vllm
@@ -32,7 +32,7 @@ MODEL = "tiny-model"
 def vllm_parts(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[types.SimpleNamespace]:
     """The plugin registered; vLLM's video loader, parser, hasher and a sender cache made after it."""
     require_vllm()
-    pytest.importorskip("cv2", reason="vLLM's video loader needs OpenCV (.ci/install-vllm installs it)")
+    require_opencv()
     for name in ("MMOBS_VLLM_PLUGIN", "MMOBS_VLLM_DECODE_FREE_HITS", "MMOBS_VLLM_GUARD"):
         monkeypatch_module.delenv(name, raising=False)
     from vllm.multimodal.cache.lru import LruKeyReplicatedSenderCache

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from mmobs.events import observing
 from mmobs.vllm.front_end import stages as front_end
 from mmobs.vllm.front_end.front_end_metrics import FrontEndMetrics, item_count_label
-from tests.support import require_vllm, vllm_plugin_registered
+from tests.support import require_opencv, require_vllm, vllm_plugin_registered
 from tests.support.images import jpeg_bytes, png_bytes
 from tests.support.media_server import serving
 from tests.support.videos import Clip, clip_bytes
@@ -144,7 +144,7 @@ def test_a_payload_that_is_not_base64_is_a_refused_base64_and_no_decode(
 def test_a_video_data_url_is_one_base64_and_one_decode_by_its_modality(
     vllm: types.SimpleNamespace, metrics: FrontEndMetrics
 ) -> None:
-    pytest.importorskip("cv2", reason="vLLM's video loader needs OpenCV (.ci/install-vllm installs it)")
+    require_opencv()
     from vllm.multimodal.media.video import VideoMediaIO
 
     clip = fetch(

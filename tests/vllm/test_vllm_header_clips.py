@@ -11,13 +11,14 @@ import struct
 import pytest
 
 from mmobs.vllm.render.header_clips import answerable
+from tests.support import require_opencv
 from tests.support.videos import Clip, clip_bytes, faststart
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _opencv() -> None:
     """The clips are written by OpenCV: asked per test, so that a run which selects none of these never asks."""
-    pytest.importorskip("cv2", reason="the clips are written by OpenCV (.ci/install-vllm installs it)")
+    require_opencv()
 
 
 def box(kind: bytes, body: bytes = b"") -> bytes:
