@@ -44,7 +44,7 @@ installed Pillow parses EXIF differently.
 # ``build`` and ``write``.
 
 from .base import EXTENSIONS, MEDIA_TYPES, base_image, data_url, encode, noisy
-from .build import build_corpus
+from .build import build_corpus, one_image_of_each_class
 from .case import (
     BODY_MAX_BYTES,
     IMAGE_MAX_BYTES,
@@ -95,6 +95,7 @@ __all__ = [
     "main",
     "noisy",
     "ok",
+    "one_image_of_each_class",
     "png_chunk",
     "png_with_exif",
     "raw_entry",

@@ -1,7 +1,8 @@
 """``key_for_bytes(data, front_end="rust")``: the identifier vLLM's Rust front end gives an image.
 
-Held here to its definition (blake3 of the file's bytes) on every golden input, and to the options it
-refuses; held to the running ``vllm-rs`` itself, image by image, in ``tests/vllm/test_vllm_rust_front_end.py``.
+Held here to its definition (blake3 of the file's bytes) on every golden input and corpus image, and to the
+options it refuses; held to the running ``vllm-rs`` itself, on the golden inputs and one corpus image of each
+class, in ``tests/vllm/test_vllm_rust_front_end.py``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import pytest
 
 from mmobs import BadImageError, InvalidOptionError, key_for_bytes
 from mmobs.observability.fingerprint import compute_fingerprint
+from scripts.corpus import Case, build_corpus
 from tests.support import golden
 
 INPUTS = sorted(path.name for path in (golden.GOLDEN_DIR / "inputs").iterdir())
@@ -23,6 +25,19 @@ def test_the_rust_key_is_the_digest_of_the_bytes_and_not_the_python_key(name: st
     assert rust == blake3.blake3(data).hexdigest()
     assert rust != key_for_bytes(data)
     assert key_for_bytes(bytearray(data), front_end="rust", verify="decode") == rust
+
+
+def _key_or_refusal(data: bytes, **options: str) -> str:
+    try:
+        return key_for_bytes(data, **options)
+    except BadImageError as error:
+        return f"refused: {error.reason}"
+
+
+@pytest.mark.parametrize("case", [c for c in build_corpus() if c.kind == "image"], ids=lambda c: c.name)
+def test_every_corpus_image_is_the_digest_of_its_bytes_or_refused_as_the_python_key_refuses_it(case: Case) -> None:
+    python, rust = _key_or_refusal(case.payload), _key_or_refusal(case.payload, front_end="rust")
+    assert rust == (python if python.startswith("refused: ") else blake3.blake3(case.payload).hexdigest())
 
 
 def test_the_rust_key_refuses_what_the_python_key_refuses() -> None:
