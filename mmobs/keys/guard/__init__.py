@@ -27,6 +27,7 @@ import struct
 from collections.abc import Callable, Collection
 
 from mmobs.keys.guard.bmp import check_bmp
+from mmobs.keys.guard.dds import check_dds
 from mmobs.keys.guard.gif import check_gif
 from mmobs.keys.guard.jpeg import check_jpeg
 from mmobs.keys.guard.limits import DEFAULT_DECODE_LIMITS, DecodeLimits
@@ -44,6 +45,7 @@ _CHECKS: dict[str, _Check] = {
     "WEBP": check_webp,
     "TIFF": check_tiff,
     "BMP": check_bmp,
+    "DDS": check_dds,
 }
 _TIFF_PREFIXES = (b"MM\x00\x2a", b"II\x2a\x00", b"MM\x2a\x00", b"II\x00\x2a", b"MM\x00\x2b", b"II\x2b\x00")
 
@@ -67,6 +69,8 @@ def sniff_format(data: bytes | bytearray | memoryview) -> str | None:
         return "TIFF"
     if head.startswith(b"BM"):
         return "BMP"
+    if head.startswith(b"DDS "):
+        return "DDS"
     return None
 
 

@@ -76,6 +76,9 @@ class DecodeLimits:
     #: Pixels of an RLE-compressed BMP: Pillow's RLE decoder is Python and
     #: spends ~80 ns a pixel (0.7 s at this limit).
     max_bmp_rle_pixels: int = 8 * MiB
+    #: Pixels of an uncompressed RGB or RGBA DDS texture: Pillow's decoder for them is Python and spends
+    #: 1 to 2 us a pixel (0.5 to 1 s at this limit).
+    max_dds_rgb_pixels: int = 512 * KiB
 
     def __post_init__(self) -> None:
         for field in fields(self):
