@@ -231,8 +231,9 @@ def vllm_scale_out(context: ServerContext) -> VllmServer:
     """vLLM alone (``MMOBS_VLLM_PLUGIN=0``) behind the preset, ``--enable-scale-out`` (its render endpoint) and
     ``--trust-request-mm-kwargs`` (request-level processor kwargs, which vLLM scopes into the keys).
 
-    The oracle of the render-key tests (its keys are vLLM's own hasher's) and the plugin-off state the
-    docs describe (the preset counts HTTP requests only). Its file URLs read the shared server's directory.
+    The oracle of the render-key and decode-free tests (its keys are vLLM's own hasher's; what Pillow decodes in
+    its API server is witnessed, :meth:`VllmServer.decodes`) and the plugin-off state the docs describe (the
+    preset counts HTTP requests only). Its file URLs read the shared server's directory.
     """
     return VllmServer(
         context.venv,
@@ -247,4 +248,5 @@ def vllm_scale_out(context: ServerContext) -> VllmServer:
         ],
         env={"MMOBS_VLLM_PLUGIN": "0"},
         name="vllm serve --enable-scale-out (MMOBS_VLLM_PLUGIN=0)",
+        witness_decodes=True,
     )

@@ -1,8 +1,9 @@
 """Decode-free processor-cache hits on a real ``vllm serve``, against vLLM alone, spoken to with the ``openai`` client.
 
-Two servers of the same model and flags, started for this module: one with
-mmobs's plugin and preset at their defaults (decode-free hits on, the guard
-off), and vLLM alone (no ``--middleware``, ``MMOBS_VLLM_PLUGIN=0``). The same chats go to both: each
+Two servers of the same model: one started for this module with mmobs's plugin and preset at their defaults
+(decode-free hits on, the guard off), and vLLM alone, the suite's shared server with the plugin off
+(``vllm_scale_out``: ``MMOBS_VLLM_PLUGIN=0``, the preset counting HTTP requests only, and flags that change no
+chat's answer). Each chat's images are new bytes, so neither server has seen them. The same chats go to both: each
 turn adds a new image and re-sends the earlier ones, as chat clients do. The
 answers (status, prompt tokens and their ids, the completion at temperature
 0), vLLM's own ``vllm:mm_cache_*`` deltas and every refusal's status and
@@ -60,10 +61,11 @@ def vllm_mmobs(context: ServerContext) -> VllmServer:
     return _serve(context, "vllm-mmobs", MMOBS_FLAGS, {}, "vllm serve (mmobs)")
 
 
-@vllm_server_fixture(scope="module")
-def vllm_alone(context: ServerContext) -> VllmServer:
-    """``vllm serve`` with the same flags and no mmobs: no preset, the plugin switched off."""
-    return _serve(context, "vllm-alone", (), {"MMOBS_VLLM_PLUGIN": "0"}, "vllm serve (plugin off)")
+@pytest.fixture(scope="module")
+def vllm_alone(vllm_scale_out: VllmServer) -> VllmServer:
+    """vLLM alone: the suite's server with the plugin off (one boot fewer than a module's own), which witnesses
+    what Pillow decodes as this module's server does."""
+    return vllm_scale_out
 
 
 def test_a_chat_that_resends_its_images_is_answered_as_vllm_alone_answers_it(
