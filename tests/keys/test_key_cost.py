@@ -30,14 +30,15 @@ pytestmark = pytest.mark.usefixtures("silent_observer")  # the drift tracker wou
 #: Pairs per check, and calls per side of a pair.
 PAIRS, CALLS = 9, 3
 #: The no-decode path reads a header and hashes the bytes once: 1.1x to 1.4x at 2-4 MB here (the
-#: header parse is a fixed cost of about 0.1 ms); 4.3x when the JPEG check searched every scan.
-NO_DECODE_BOUND = 2.0
+#: header parse is a fixed cost of about 0.1 ms); 2.08x once under CI's full load (core-py313 at nice 10
+#: beside vllm-servers' servers, which share the core's other half); 4.3x when the JPEG check searched every scan.
+NO_DECODE_BOUND = 3.0
 #: A progressive JPEG's scans are searched for its markers at about 3 GB/s: 3x to 3.5x here, alone; 6.3x once
 #: under CI's full load (the floors' blake3 0.4 beside ten tox environments and a vLLM server).
 PROGRESSIVE_BOUND = 8.0
-#: Pixels are repacked (RGB's fourth byte dropped) on their way to the digest: 1.5x to 1.8x;
-#: ``np.asarray`` then hash is 8x.
-PIXEL_BOUND = 3.0
+#: Pixels are repacked (RGB's fourth byte dropped) on their way to the digest: 1.5x to 1.8x, with room for
+#: the 1.5x that CI's load has added to the no-decode ratio; ``np.asarray`` then hash is 8x.
+PIXEL_BOUND = 4.0
 
 
 def _noise(size: tuple[int, int], seed: int) -> Image.Image:
