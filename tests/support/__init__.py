@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import importlib
 import os
 import random
 import shutil
@@ -36,27 +37,26 @@ def require_binary(name: str) -> str:
     return path
 
 
-def require_vllm() -> None:
-    """Skip when vLLM is not importable (fail under MMOBS_REQUIRE_VLLM=1, as in CI)."""
+def _require_import(module: str, what: str, how: str) -> None:
+    """Skip when ``module`` is not importable, saying ``how`` to get it; fail instead under MMOBS_REQUIRE_VLLM=1."""
     try:
-        import vllm.multimodal.hasher  # noqa: F401
+        importlib.import_module(module)
     except ImportError as error:
-        message = f"vLLM is not installed ({error}); .ci/install-vllm installs it without CUDA"
+        message = f"{what} is not installed ({error}); {how}"
         if REQUIRE_VLLM:
             pytest.fail(f"{message}, and MMOBS_REQUIRE_VLLM=1 forbids skipping")
         pytest.skip(message)
+
+
+def require_vllm() -> None:
+    """Skip when vLLM is not importable (fail under MMOBS_REQUIRE_VLLM=1, as in CI)."""
+    _require_import("vllm.multimodal.hasher", "vLLM", ".ci/install-vllm installs it without CUDA")
 
 
 def require_opencv() -> None:
     """Skip when OpenCV is not importable: vLLM's video loader and the tests' clips need it (fail under
     MMOBS_REQUIRE_VLLM=1, as in CI, where .ci/install-vllm installs it with vLLM)."""
-    try:
-        import cv2  # noqa: F401
-    except ImportError as error:
-        message = f"OpenCV is not installed ({error}); .ci/install-vllm installs it with vLLM"
-        if REQUIRE_VLLM:
-            pytest.fail(f"{message}, and MMOBS_REQUIRE_VLLM=1 forbids skipping")
-        pytest.skip(message)
+    _require_import("cv2", "OpenCV", ".ci/install-vllm installs it with vLLM")
 
 
 @contextlib.contextmanager

