@@ -128,7 +128,6 @@ class VllmServer(ManagedProcess):
         timeout: float = 240.0,
         subcommand: Sequence[str] = ("serve",),
         witness_decodes: bool = False,
-        wait: bool = True,
     ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.venv = venv
@@ -168,39 +167,24 @@ class VllmServer(ManagedProcess):
             self.extra_env.setdefault("MMOBS_METRICS_DEBUG", "1")
         child_env.update(self.extra_env)
         self.shm_before = set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
-        self._launch_arguments = (name, subcommand, args, child_env, directory)
-        self.timeout = timeout
-        self._launch()
-        if wait:
-            self.wait_until_healthy()
-
-    def _launch(self) -> None:
-        name, subcommand, args, child_env, directory = self._launch_arguments
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.command = [
-            str(self.venv / "bin" / "vllm"), *subcommand, self.model, *SERVE_FLAGS,
-            *(KV_CACHE_FLAGS if tuple(subcommand) == ("serve",) else ()),
-            "--host", "127.0.0.1", "--port", str(self.port), *args,
-        ]  # fmt: skip
-        super().__init__(name, self.command, directory / f"vllm-{self.port}.log", env=child_env, cwd=directory)
-
-    def wait_until_healthy(self) -> None:
-        """Until ``/health`` answers 200 (a server started with ``wait=False`` boots while others do).
-
-        Another process may bind the port in the seconds vLLM imports before it does: then it starts again,
-        on another port, at most twice.
-        """
+        # Another process may bind the port in the seconds vLLM imports before it does: then once more.
         for attempt in (1, 2, 3):
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            self.command = [
+                str(venv / "bin" / "vllm"), *subcommand, self.model, *SERVE_FLAGS,
+                *(KV_CACHE_FLAGS if tuple(subcommand) == ("serve",) else ()),
+                "--host", "127.0.0.1", "--port", str(self.port), *args,
+            ]  # fmt: skip
+            super().__init__(name, self.command, directory / f"vllm-{self.port}.log", env=child_env, cwd=directory)
             try:
                 self.wait_until(
-                    lambda: httpx.get(self.url + "/health", timeout=2).status_code == 200, self.timeout, "healthy"
+                    lambda: httpx.get(self.url + "/health", timeout=2).status_code == 200, timeout, "healthy"
                 )
             except RuntimeError:
                 if attempt == 3 or self.process.poll() is None or "Address already in use" not in self.logs():
                     raise
                 self.stop()
-                self._launch()
             else:
                 return
 
@@ -311,7 +295,7 @@ def _share_model_inspection(venv: Path, directory: Path) -> None:
 def _shared_compiled_kernels(venv: Path, directory: Path) -> Path:
     """One cache of the kernels torch compiles for every server of an environment, as on a user's machine.
 
-    The older releases compile a sampling kernel with the C++ compiler at their first request, even with
+    The older releases compile a kernel of their sampler with the C++ compiler at their first request, even with
     ``--enforce-eager`` (about fifteen seconds of a core). torch keeps what it compiles under
     ``$TMPDIR/torchinductor_$USER``, one folder for all of a user's servers, keyed by the graph, torch's
     version and the platform; each test server has a ``TMPDIR`` of its own, so the servers of one

@@ -26,13 +26,12 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.vllm_kinds import ServerContext, vllm_servers_fixture
+from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
 from tests.support.vllm_requests import mmobs_lines
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series, write_json_logging_config
 from tests.vllm.cache_drift_requests import (
@@ -72,41 +71,27 @@ def _start(
     server_directory = context.directory(directory)
     if json_log:
         env = {**env, "VLLM_LOGGING_CONFIG_PATH": str(write_json_logging_config(context.venv, server_directory))}
-    return VllmServer(
-        context.venv,
-        context.model,
-        server_directory,
-        args=[*MMOBS_FLAGS, *SMALL_CACHE_FLAGS],
-        env=env,
-        name=name,
-        wait=False,
+    server = VllmServer(
+        context.venv, context.model, server_directory, args=[*MMOBS_FLAGS, *SMALL_CACHE_FLAGS], env=env, name=name
     )
+    server.wait_for_warm_up()
+    return server
 
 
-@vllm_servers_fixture()
-def drift_servers(context: ServerContext) -> Iterator[VllmServer]:
-    """The healing server and the counting one, booted side by side."""
-    yield _start(context, {}, "vllm-drift-heal", "vllm serve (small mm cache, json log)", json_log=True)
-    yield _start(
+@vllm_server_fixture(scope="module")
+def healing_server(context: ServerContext) -> VllmServer:
+    """Healing on, and vLLM's log in JSON (mmobs vllm-logging-config), so that the runbooks read both formats."""
+    return _start(context, {}, "vllm-drift-heal", "vllm serve (small mm cache, json log)", json_log=True)
+
+
+@vllm_server_fixture(scope="module")
+def counting_server(context: ServerContext) -> VllmServer:
+    return _start(
         context,
         {"MMOBS_VLLM_MM_CACHE_HEAL": "0", "MMOBS_VLLM_UUID_CONFLICTS": "count"},
         "vllm-drift-count",
         "vllm serve (small mm cache, MMOBS_VLLM_MM_CACHE_HEAL=0, MMOBS_VLLM_UUID_CONFLICTS=count)",
     )
-
-
-@pytest.fixture(scope="module")
-def healing_server(drift_servers: tuple[VllmServer, ...]) -> VllmServer:
-    """Healing on, and vLLM's log in JSON (mmobs vllm-logging-config), so that the runbooks read both formats."""
-    drift_servers[0].wait_for_warm_up()
-    return drift_servers[0]
-
-
-@pytest.fixture(scope="module")
-def counting_server(drift_servers: tuple[VllmServer, ...]) -> VllmServer:
-    """Healing off (``MMOBS_VLLM_MM_CACHE_HEAL=0``), uuid conflicts counted."""
-    drift_servers[1].wait_for_warm_up()
-    return drift_servers[1]
 
 
 # -- the three steps that drift the caches ---------------------------------------------------------

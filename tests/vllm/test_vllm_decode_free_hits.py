@@ -18,7 +18,6 @@ import io
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from PIL import Image
 from tests.support import data_url
 from tests.support.images import encode, noisy_image, png_header_only
 from tests.support.videos import Clip, clip_bytes, faststart, without_last_frame
-from tests.support.vllm_kinds import ServerContext, vllm_servers_fixture
+from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
 from tests.support.vllm_requests import comparable, drift_sampled, expected_for
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series
 from tests.vllm.decode_free_requests import (
@@ -48,39 +47,18 @@ SKIPPED = "mmobs_vllm_skipped_decodes_total"
 LATE = "mmobs_vllm_late_decodes_total"
 
 
-#: Each configuration that keeps vLLM's path: its flags, and the line its API server writes once to say why.
-DECLINED = {
-    "no processor cache": (("--mm-processor-cache-gb", "0"), "it has no multimodal processor cache"),
-    "shared-memory cache": (("--mm-processor-cache-type", "shm"), "its processor cache is vLLM's shared-memory one"),
-}
-
-
 def _serve(context: ServerContext, directory: str, args: tuple[str, ...], env: dict[str, str], name: str) -> VllmServer:
-    return VllmServer(
-        context.venv,
-        context.model,
-        context.directory(directory),
-        args=args,
-        env=env,
-        name=name,
-        witness_decodes=True,
-        wait=False,
+    server = VllmServer(
+        context.venv, context.model, context.directory(directory), args=args, env=env, name=name, witness_decodes=True
     )
+    server.wait_for_warm_up()
+    return server
 
 
-@vllm_servers_fixture()
-def decode_free_servers(context: ServerContext) -> Iterator[VllmServer]:
-    """The module's servers, booted side by side: vllm_mmobs, then one per configuration of ``DECLINED``."""
-    yield _serve(context, "vllm-mmobs", MMOBS_FLAGS, {}, "vllm serve (mmobs)")
-    for name, (flags, _) in DECLINED.items():
-        yield _serve(context, "vllm-declined", (*MMOBS_FLAGS, *flags), {}, name)
-
-
-@pytest.fixture(scope="module")
-def vllm_mmobs(decode_free_servers: tuple[VllmServer, ...]) -> VllmServer:
+@vllm_server_fixture(scope="module")
+def vllm_mmobs(context: ServerContext) -> VllmServer:
     """``vllm serve --middleware mmobs.vllm.Middleware`` with every mmobs switch at its default."""
-    decode_free_servers[0].wait_for_warm_up()
-    return decode_free_servers[0]
+    return _serve(context, "vllm-mmobs", MMOBS_FLAGS, {}, "vllm serve (mmobs)")
 
 
 @pytest.fixture(scope="module")
@@ -360,14 +338,33 @@ def test_bad_base64_after_a_cached_image_is_refused_as_vllm_alone_refuses_it(
 
 # -- where vLLM's path is kept, and several API servers -------------------------------------------------
 
+#: Each configuration that keeps vLLM's path: its flags, and the line its API server writes once to say why.
+DECLINED = {
+    "no processor cache": (("--mm-processor-cache-gb", "0"), "it has no multimodal processor cache"),
+    "shared-memory cache": (("--mm-processor-cache-type", "shm"), "its processor cache is vLLM's shared-memory one"),
+}
+
+
+def _declining(context: ServerContext, name: str) -> VllmServer:
+    return _serve(context, "vllm-declined", (*MMOBS_FLAGS, *DECLINED[name][0]), {}, name)
+
+
+@vllm_server_fixture(scope="module")
+def without_a_processor_cache(context: ServerContext) -> VllmServer:
+    return _declining(context, "no processor cache")
+
+
+@vllm_server_fixture(scope="module")
+def with_a_shared_memory_cache(context: ServerContext) -> VllmServer:
+    return _declining(context, "shared-memory cache")
+
 
 @pytest.fixture(scope="module")
-def declining_servers(decode_free_servers: tuple[VllmServer, ...]) -> dict[str, VllmServer]:
+def declining_servers(
+    without_a_processor_cache: VllmServer, with_a_shared_memory_cache: VllmServer
+) -> dict[str, VllmServer]:
     """One mmobs server per configuration of ``DECLINED``."""
-    servers = dict(zip(DECLINED, decode_free_servers[1:], strict=True))
-    for server in servers.values():
-        server.wait_for_warm_up()
-    return servers
+    return {"no processor cache": without_a_processor_cache, "shared-memory cache": with_a_shared_memory_cache}
 
 
 @pytest.mark.parametrize("name", sorted(DECLINED))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import pytest
 from scripts import corpus
 from tests.support import data_url, golden, images
 from tests.support.videos import Clip, clip_bytes, faststart, rotated, without_last_frame
-from tests.support.vllm_kinds import ServerContext, vllm_servers_fixture
+from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
 from tests.support.vllm_requests import client_for
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, delta, series
 from tests.vllm.render_requests import (
@@ -74,36 +73,28 @@ def _render_server(context: ServerContext, name: str, env: dict[str, str], *extr
         name=f"{name} ({' '.join(f'{k}={v}' for k, v in env.items())})",
         subcommand=("launch", "render") if name.startswith("launch-render") else ("serve",),
         witness_decodes=True,  # test_a_resent_image_costs_its_digest reads what Pillow decoded
-        wait=False,
     )
 
 
-@vllm_servers_fixture()
-def render_servers(context: ServerContext) -> Iterator[VllmServer]:
-    """The module's three servers, booted side by side: render_keys, launch_render_alone, launch_render_keys."""
-    keys = {"MMOBS_VLLM_RENDER": "keys"}
-    limits = json.dumps(RELEASED_LIMITS)
-    yield _render_server(context, "render-keys", keys, "--enable-scale-out", "--trust-request-mm-kwargs")
-    yield _render_server(context, "launch-render-alone", {"MMOBS_VLLM_PLUGIN": "0"}, "--mm-processor-kwargs", limits)
-    yield _render_server(context, "launch-render-keys", keys, "--mm-processor-kwargs", limits)
-
-
-@pytest.fixture(scope="module")
-def render_keys(render_servers: tuple[VllmServer, ...]) -> VllmServer:
+@vllm_server_fixture(scope="module")
+def render_keys(context: ServerContext) -> VllmServer:
     """``vllm serve --enable-scale-out`` with mmobs and ``MMOBS_VLLM_RENDER=keys``: vllm_scale_out's flags."""
-    return render_servers[0]
+    env = {"MMOBS_VLLM_RENDER": "keys"}
+    return _render_server(context, "render-keys", env, "--enable-scale-out", "--trust-request-mm-kwargs")
 
 
-@pytest.fixture(scope="module")
-def launch_render_alone(render_servers: tuple[VllmServer, ...]) -> VllmServer:
+@vllm_server_fixture(scope="module")
+def launch_render_alone(context: ServerContext) -> VllmServer:
     """``vllm launch render`` (vLLM's GPU-less render server) alone, with Qwen2-VL's released limits."""
-    return render_servers[1]
+    limits = json.dumps(RELEASED_LIMITS)
+    return _render_server(context, "launch-render-alone", {"MMOBS_VLLM_PLUGIN": "0"}, "--mm-processor-kwargs", limits)
 
 
-@pytest.fixture(scope="module")
-def launch_render_keys(render_servers: tuple[VllmServer, ...]) -> VllmServer:
+@vllm_server_fixture(scope="module")
+def launch_render_keys(context: ServerContext) -> VllmServer:
     """``vllm launch render`` with mmobs and ``MMOBS_VLLM_RENDER=keys``, with Qwen2-VL's released limits."""
-    return render_servers[2]
+    limits = json.dumps(RELEASED_LIMITS)
+    return _render_server(context, "launch-render-keys", {"MMOBS_VLLM_RENDER": "keys"}, "--mm-processor-kwargs", limits)
 
 
 def test_the_start_up_line_says_what_answers_keys_only(render_keys: VllmServer) -> None:

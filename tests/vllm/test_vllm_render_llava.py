@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import golden
-from tests.support.vllm_kinds import ServerContext, side_by_side
+from tests.support.vllm_kinds import ServerContext
 from tests.support.vllm_server import MMOBS_FLAGS, VllmServer, make_model
 from tests.vllm.render_requests import (
     assert_every_image_answered_alike,
@@ -45,34 +45,29 @@ def llava(vllm_server_context: ServerContext) -> Path:
     return make_model(context.venv, context.directory("tiny-llava"), "make_tiny_llava.py")
 
 
-def _serve(context: ServerContext, model: Path, name: str, env: dict[str, str]) -> VllmServer:
-    return VllmServer(
+def _serve(context: ServerContext, model: Path, name: str, env: dict[str, str]) -> Iterator[VllmServer]:
+    server = VllmServer(
         context.venv,
         model,
         context.directory(name),
         args=[*MMOBS_FLAGS, "--enable-scale-out", "--media-io-kwargs", json.dumps(MEDIA_IO_KWARGS)],
         env=env,
         name=f"vllm serve LLaVA --enable-scale-out ({name})",
-        wait=False,
     )
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="module")
-def llava_servers(vllm_server_context: ServerContext, llava: Path) -> Iterator[tuple[VllmServer, ...]]:
-    """The LLaVA alone and with keys-only render, booted side by side."""
-    kinds = {"llava-alone": {"MMOBS_VLLM_PLUGIN": "0"}, "llava-keys": {"MMOBS_VLLM_RENDER": "keys"}}
-    with side_by_side(_serve(vllm_server_context, llava, name, env) for name, env in kinds.items()) as servers:
-        yield servers
+def llava_alone(vllm_server_context: ServerContext, llava: Path) -> Iterator[VllmServer]:
+    yield from _serve(vllm_server_context, llava, "llava-alone", {"MMOBS_VLLM_PLUGIN": "0"})
 
 
 @pytest.fixture(scope="module")
-def llava_alone(llava_servers: tuple[VllmServer, ...]) -> VllmServer:
-    return llava_servers[0]
-
-
-@pytest.fixture(scope="module")
-def llava_keys(llava_servers: tuple[VllmServer, ...]) -> VllmServer:
-    return llava_servers[1]
+def llava_keys(vllm_server_context: ServerContext, llava: Path) -> Iterator[VllmServer]:
+    yield from _serve(vllm_server_context, llava, "llava-keys", {"MMOBS_VLLM_RENDER": "keys"})
 
 
 def test_the_start_up_line_names_the_size_rule(llava_keys: VllmServer) -> None:

@@ -19,7 +19,6 @@ import io
 import os
 import secrets
 from collections import Counter
-from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from mmobs.releases import FIRST_PROVEN
 from scripts import corpus
 from tests.support import free_port, golden
 from tests.support.images import noisy_image
-from tests.support.vllm_kinds import ServerContext, vllm_servers_fixture
+from tests.support.vllm_kinds import ServerContext, vllm_server_fixture
 from tests.support.vllm_requests import PHOTO, chat, client_for, image_message, mmobs_lines
 from tests.support.vllm_server import VLLM_LINE, VllmServer, delta, require_rust_front_end, series
 
@@ -51,38 +50,38 @@ UNAUTHORIZED = "mmobs_metrics_unauthorized_total"
 
 
 def _rust_server(context: ServerContext, name: str, plugin: bool) -> VllmServer:
+    binary = require_rust_front_end(context.venv)
     env = {
         "VLLM_USE_RUST_FRONTEND": "1",
-        "VLLM_RUST_FRONTEND_PATH": str(require_rust_front_end(context.venv)),
+        "VLLM_RUST_FRONTEND_PATH": str(binary),
         "MMOBS_METRICS_PORT": str(free_port()),
-        **({} if plugin else {"MMOBS_VLLM_PLUGIN": "0"}),
     }
-    directory = context.directory(name)
-    return VllmServer(context.venv, context.model, directory, args=[], env=env, name=f"vllm serve ({name})", wait=False)
+    if not plugin:
+        env["MMOBS_VLLM_PLUGIN"] = "0"
+    return VllmServer(
+        context.venv, context.model, context.directory(name), args=[], env=env, name=f"vllm serve ({name})"
+    )
 
 
-@vllm_servers_fixture()
-def rust_servers(context: ServerContext) -> Iterator[VllmServer]:
-    """``VLLM_USE_RUST_FRONTEND=1 MMOBS_METRICS_PORT=N vllm serve MODEL`` with mmobs installed (the docs' command),
-    and the same with the plugin off (``MMOBS_VLLM_PLUGIN=0``), vLLM's Rust front end alone: booted side by side."""
-    yield _rust_server(context, "vllm-rust-mmobs", plugin=True)
-    yield _rust_server(context, "vllm-rust-alone", plugin=False)
+@vllm_server_fixture(scope="module")
+def rust_with_mmobs(context: ServerContext) -> VllmServer:
+    """``VLLM_USE_RUST_FRONTEND=1 MMOBS_METRICS_PORT=N vllm serve MODEL``, mmobs installed: the docs' command."""
+    return _rust_server(context, "vllm-rust-mmobs", plugin=True)
 
 
-@pytest.fixture(scope="module")
-def rust_with_mmobs(rust_servers: tuple[VllmServer, ...]) -> VllmServer:
-    return rust_servers[0]
-
-
-@pytest.fixture(scope="module")
-def rust_alone(rust_servers: tuple[VllmServer, ...]) -> VllmServer:
-    return rust_servers[1]
+@vllm_server_fixture(scope="module")
+def rust_alone(context: ServerContext) -> VllmServer:
+    """The same server with the plugin off (``MMOBS_VLLM_PLUGIN=0``): vLLM's Rust front end alone."""
+    return _rust_server(context, "vllm-rust-alone", plugin=False)
 
 
 def images() -> list[tuple[str, bytes, str]]:
-    """Every golden input, and one corpus image of each class (family, format, outcome): (name, bytes, media type).
-    The Rust front end keys a file by its bytes alone, so these take every way through it at a fifth of the
-    corpus's requests; mmobs's keys of the whole corpus are held in process (tests/keys/test_raw_bytes_keys.py)."""
+    """Every golden input, and one corpus image of each class: (name, bytes, media type).
+
+    The Rust front end keys a file by its bytes alone, so the corpus's many EXIF variants of one format take
+    one way through it; one of each class (family, format, outcome) keeps every way at a fifth of the
+    requests. mmobs's own keys of the whole corpus are held in process (tests/keys/test_raw_bytes_keys.py).
+    """
     found = [
         (path.name, path.read_bytes(), "image/png" if path.suffix == ".png" else "image/jpeg")
         for path in sorted((golden.GOLDEN_DIR / "inputs").iterdir())
