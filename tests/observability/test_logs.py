@@ -121,11 +121,15 @@ def test_warnings_are_events_and_corrupt_exif_ones_are_counted(stream: io.String
             finally:
                 current_request.reset(token)
 
-    events = lines(stream)
-    assert [e["event"] for e in events] == ["python_warning"] * 4
+    # Only this test's own warnings: with the filters reset, a warning another thread of this worker raises in
+    # the meantime (a server an earlier test left running) or one the garbage collector raises here (an
+    # unclosed resource's ResourceWarning, which the default filters hide) is an event too, as it should be.
+    everything = lines(stream)
+    events = [e for e in everything if e.get("filename") == __file__]
+    assert [e["event"] for e in events] == ["python_warning"] * 4, everything
     assert [e["category"] for e in events] == ["UserWarning"] * 3 + ["DeprecationWarning"]
     assert events[0]["warning"] == CORRUPT_EXIF.rstrip() + " " and events[0]["request_id"] == "req-w"
-    assert events[0]["filename"] == __file__ and isinstance(events[0]["lineno"], int)
+    assert isinstance(events[0]["lineno"], int)
     assert registry.get_sample_value("mmobs_exif_corrupt_warnings_total") == 3.0
 
 
