@@ -209,7 +209,7 @@ def video_plan(planning: Planning) -> list[Hook]:
 
 def _length_gate(planning: Planning, skipper: clip_skip.ClipSkipper) -> list[Hook]:
     """Clips too long for the context deferred, and their prompts refused in vLLM's words (:mod:`.video_length`)."""
-    from mmobs.vllm.video_length import LengthGate, renderer_init
+    from mmobs.vllm.video_length import LengthGate, renderer_init, truncation_noted
 
     processing = planning.keys_only
     assert processing is not None
@@ -221,6 +221,8 @@ def _length_gate(planning: Planning, skipper: clip_skip.ClipSkipper) -> list[Hoo
     processing.length_check = gate.check
     skipper.over_context, skipper.sized_by_rule = gate.over_context, gate.sized_by_rule
     hooks = [Hook(renderer_class, "__init__", renderer_init(vars(renderer_class)["__init__"], gate))]
+    for name in ("_process_singleton", "_process_singleton_async"):
+        hooks.append(Hook(renderer_class, name, truncation_noted(function(renderer_class, name, parameters=4))))
     if not planning.keys_only_wraps_processor:
         cached_apply = function(processor_class, "_cached_apply_hf_processor", parameters=3)
         hooks.append(Hook(processor_class, "_cached_apply_hf_processor", processing.wrap(cached_apply)))

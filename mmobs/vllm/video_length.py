@@ -29,13 +29,18 @@ Two steps, both inside vLLM's own code paths:
 Only the chat and completions routes are checked, the two whose refusal is
 ``get_max_tokens``'s (``/v1/responses`` words its own), and only where the
 preset's middleware names the route: elsewhere every clip is decoded first,
-as vLLM alone decodes it.
+as vLLM alone decodes it. A request with ``truncate_prompt_tokens`` is
+refused by vLLM in the truncation's words once the placeholders are expanded
+(a clip's span cannot be cut), so its deferred clips are decoded and vLLM
+words the refusal: the decode is vLLM alone's cost, counted as a late decode.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from mmobs.events import observing
@@ -92,7 +97,7 @@ class LengthGate:
 
     def check(self, processor: Any, inputs: Any) -> None:
         """Refuse, as vLLM would after the decode, a prompt with a deferred clip that is longer than the context."""
-        if not _chat_route() or not _deferred(inputs.mm_data_items):
+        if not _chat_route() or _truncating.get() or not _deferred(inputs.mm_data_items):
             return
         with observing(None):
             reason, items = self.processing.declined(processor, inputs)
@@ -111,6 +116,39 @@ class LengthGate:
 #: The routes whose length check is vLLM's ``get_max_tokens`` (``/v1/responses`` and the offline path word theirs
 #: otherwise): as the preset's middleware names them (without it, no route is known and nothing is deferred).
 CHECKED_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+
+#: Whether the prompt vLLM's renderer is processing asked for ``truncate_prompt_tokens``.
+_truncating: ContextVar[bool] = ContextVar("mmobs_vllm_truncating", default=False)
+
+
+def truncation_noted(original: Callable[..., Any]) -> Callable[..., Any]:
+    """vLLM's ``_process_singleton`` or its async twin, with the prompt's ``truncate_prompt_tokens`` noted for the check."""
+
+    def asks(kwargs: dict[str, Any]) -> bool:
+        return getattr(kwargs.get("tok_params"), "truncate_prompt_tokens", None) is not None
+
+    if inspect.iscoroutinefunction(original):
+
+        @functools.wraps(original)
+        async def process_async(self: Any, prompt: Any, **kwargs: Any) -> Any:
+            token = _truncating.set(asks(kwargs))
+            try:
+                return await original(self, prompt, **kwargs)
+            finally:
+                _truncating.reset(token)
+
+        return process_async
+
+    @functools.wraps(original)
+    def process(self: Any, prompt: Any, **kwargs: Any) -> Any:
+        token = _truncating.set(asks(kwargs))
+        try:
+            return original(self, prompt, **kwargs)
+        finally:
+            _truncating.reset(token)
+
+    return process
 
 
 def _chat_route() -> bool:

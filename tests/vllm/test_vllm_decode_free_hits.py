@@ -227,6 +227,16 @@ def test_a_clip_too_long_for_the_context_is_refused_before_its_decode_in_vllms_w
         series("mmobs_vllm_video_refusals_total", budget="vllm_length")
     )
     assert (sum(vllm_mmobs.frames_read_since(mark)) <= 2) == (refused_early == 1)
+    # With truncate_prompt_tokens, vLLM refuses such a prompt in the truncation's words, once the placeholders are
+    # expanded: mmobs decodes the deferred clip (a late decode) and lets vLLM word it.
+    messages = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": data_url(clip, "video/mp4")}}]}]
+    truncated = answer(vllm_alone, messages, truncate_prompt_tokens=1000)
+    assert truncated[0] == 400 and "truncate_prompt_tokens" in truncated[1], truncated
+    before = vllm_mmobs.samples()
+    assert answer(vllm_mmobs, messages, truncate_prompt_tokens=1000) == truncated
+    moved = delta(before, vllm_mmobs.samples())
+    assert moved[series(LATE, modality="video")] == 1, moved
+    assert series("mmobs_vllm_video_refusals_total", budget="vllm_length") not in moved
 
 
 def test_refused_clips_fire_the_alert_on_a_real_prometheus_and_the_runbook_reads_them(
