@@ -50,8 +50,9 @@ FALLBACK_IMAGES = 6
 GOOD_IMAGES = 9
 BAD_IMAGES = 4
 #: Chat completions sent to the vLLM server: the malformed-EXIF JPEG, then one photo again and again (cache hits).
+#: In all, fewer first tokens than MmobsVllmMmFrontEndDominatesTtft's floor (0.05 a second over 5 minutes: 15).
 VLLM_FALLBACKS = 4
-VLLM_REPEATS = 6
+VLLM_REPEATS = 4
 #: Chat completions with a new image by URL: one http(s), one file.
 VLLM_BY_URL = 2
 #: One clip sent twice: decoded, then a decode-free hit (the video panels).
@@ -340,7 +341,15 @@ def test_fallback_count_and_ratio_agree_with_what_was_sent(stack):
 
 
 def test_alerts_quiet_except_the_fallback_ratio(stack):
-    """Real traffic: a third of the images are malformed, nothing else is wrong."""
+    """Real traffic: a third of the images are malformed, nothing else is wrong.
+
+    On the tiny model the front end is a third to a half of vLLM's time to first token, a share
+    MmobsVllmMmFrontEndDominatesTtft is right to count; below its floor of first tokens it stays quiet (its
+    logic: the promtool tests of dashboards/prometheus/tests/alerts.test.yml).
+    """
+    if stack.vllm is not None:
+        first_tokens = f'sum(rate(vllm:time_to_first_token_seconds_count{{job="{VLLM_JOB}"}}[5m]))'
+        assert stack.prometheus.scalar(first_tokens) < 0.05
     alerts = httpx.get(stack.prometheus.url + "/api/v1/alerts", timeout=10).json()["data"]["alerts"]
     names = {alert["labels"]["alertname"] for alert in alerts}
     assert names <= {"MmobsExifFallbackRatioHigh"}, alerts
